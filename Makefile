@@ -1,0 +1,41 @@
+# The two commands: `make run` and `make test`. Both set up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck pytest install browser clean
+
+run:
+	@export KOPE_STARTED_AT=$$(date +%s.%N); \
+	$(MAKE) --no-print-directory install && $(PY) manage.py runstack
+
+test: install browser lint typecheck pytest
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian's Chromium for the Playwright tests (never `playwright install`: it downloads).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
+	  else echo "chromium missing and not root: browser tests will be skipped"; fi; }
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck:
+	$(VENV)/bin/mypy apps kope_web
+
+pytest:
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf var/test var/broker

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import secrets
+from typing import NamedTuple
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from apps.accounts.models import ApiToken, Membership, Team
+from apps.accounts.roles import Role
+from apps.accounts.tokens import make_token
+from apps.core.errors import Conflict, DomainError, NotFound
+
+DEFAULT_TEAM_NAME = "Default team"
+
+
+@transaction.atomic
+def team_create(*, name: str, owner: User, slug: str = "") -> Team:
+    slug = slug or slugify(name)
+    if not slug:
+        raise DomainError("A team needs a name with at least one letter or digit.")
+    if Team.objects.filter(slug=slug).exists():
+        raise Conflict(f"A team with the slug {slug!r} already exists.")
+    team = Team.objects.create(name=name, slug=slug)
+    Membership.objects.create(team=team, user=owner, role=Role.ADMIN)
+    return team
+
+
+@transaction.atomic
+def membership_set(*, team: Team, username: str, role: str) -> Membership:
+    """Add a user to the team, or change their role."""
+    if role not in {r.value for r in Role}:
+        raise DomainError(f"Unknown role {role!r}; use one of {', '.join(Role)}.")
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise NotFound(f"No user {username!r}.")
+    membership, _ = Membership.objects.update_or_create(
+        team=team, user=user, defaults={"role": role}
+    )
+    _ensure_an_admin_remains(team)
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, team: Team, username: str) -> None:
+    deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
+    if not deleted:
+        raise NotFound(f"{username!r} is not a member of {team.name}.")
+    _ensure_an_admin_remains(team)
+
+
+def _ensure_an_admin_remains(team: Team) -> None:
+    # Runs inside the caller's transaction, so raising rolls the change back.
+    if not Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN).exists():
+        raise Conflict(f"{team.name} must keep at least one admin.")
+
+
+class IssuedToken(NamedTuple):
+    token: ApiToken
+    plaintext: str  # shown once, never stored
+
+
+def api_token_create(*, user: User, name: str) -> IssuedToken:
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise DomainError("A token needs a name of 1 to 100 characters.")
+    new = make_token()
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=new.prefix, secret_hash=new.secret_hash
+    )
+    return IssuedToken(token, new.plaintext)
+
+
+def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
+    token = ApiToken.objects.filter(pk=token_id, user_id=user.pk).first()
+    if token is None:
+        raise NotFound(f"No token {token_id}.")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+class BootstrappedAdmin(NamedTuple):
+    username: str
+    created: bool
+    password: str | None  # set only when this call chose or set it
+
+
+@transaction.atomic
+def admin_bootstrap(*, username: str, password: str = "") -> BootstrappedAdmin:
+    """Create the first admin and the default team, once; safe to call at every start."""
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    created = user is None
+    chosen = password or (secrets.token_urlsafe(12) if created else "")
+    if user is None:
+        user = user_model.objects.create_superuser(username=username, password=chosen)
+    elif password:
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    if not Membership.objects.filter(user=user).exists():
+        team_create(name=DEFAULT_TEAM_NAME, owner=user, slug=_free_slug("default"))
+    return BootstrappedAdmin(username, created, chosen or None)
+
+
+def _free_slug(base: str) -> str:
+    slug, n = base, 1
+    while Team.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug

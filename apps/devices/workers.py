@@ -1,0 +1,54 @@
+"""Which Celery workers are online, and a round-trip check through each queue."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.accounts.models import Team
+from apps.devices.tasks import report_alive
+from kope_web.celery import app
+
+CHECK_EXPIRES_S = 30
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    name: str
+    queues: list[str] = field(default_factory=list)
+    active_tasks: int = 0
+
+
+def known_queues() -> list[str]:
+    return [settings.AGENT_QUEUE, *(f"device.{t}" for t in settings.DEVICE_TARGETS)]
+
+
+def workers_online(timeout: float = 1.0) -> list[WorkerInfo]:
+    """Ask every worker over the broker's broadcast channel; the silent are not listed."""
+    inspect = app.control.inspect(timeout=timeout)
+    queues: dict[str, Any] = inspect.active_queues() or {}
+    active: dict[str, Any] = inspect.active() or {}
+    return [
+        WorkerInfo(
+            name=name,
+            queues=sorted(q["name"] for q in worker_queues),
+            active_tasks=len(active.get(name, [])),
+        )
+        for name, worker_queues in sorted(queues.items())
+    ]
+
+
+def worker_check_start(*, team: Team) -> str:
+    """Send one check down each queue; each worker that takes one answers on the team's socket."""
+    check_id = uuid.uuid4().hex[:12]
+    for queue in known_queues():
+        transaction.on_commit(
+            lambda queue=queue: report_alive.apply_async(  # type: ignore[misc]
+                args=(team.pk, check_id), queue=queue, expires=CHECK_EXPIRES_S
+            )
+        )
+    return check_id

@@ -1,0 +1,46 @@
+"""The team's live socket: authenticate, join the team's group, relay events as HTML."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from apps.accounts.models import Membership
+from apps.core.events import team_group
+
+CLOSE_FORBIDDEN = 4403
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]
+def team_id_for(user_id: int | None, team_slug: str) -> int | None:
+    if user_id is None:
+        return None
+    membership = Membership.objects.filter(user_id=user_id, team__slug=team_slug).first()
+    return membership.team_id if membership else None
+
+
+class TeamEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    group: str | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        slug = self.scope["url_route"]["kwargs"]["team"]
+        user_id = user.pk if user is not None and user.is_authenticated else None
+        team_id = await team_id_for(user_id, slug)
+        if team_id is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.group = team_group(team_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def worker_alive(self, message: dict[str, Any]) -> None:
+        html = render_to_string("workbench/workers.html#answer", {"answer": message["payload"]})
+        await self.send(text_data=html)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership
+from apps.accounts.roles import Permission
+from apps.accounts.selectors import memberships_for_user
+from apps.devices.workers import known_queues, worker_check_start, workers_online
+
+# The sections a team has; each page says what it will hold and what to do to fill it.
+SECTIONS = {
+    "sessions": "Sessions",
+    "forest": "Forest",
+    "review": "Review",
+    "knowledge": "Knowledge base",
+    "reports": "Reports",
+}
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    first = memberships_for_user(request.user).first()
+    if first is None:
+        return render(request, "workbench/no_team.html")
+    return redirect("section", team=first.team.slug, section="sessions")
+
+
+@team_view()
+def section(request: HttpRequest, membership: Membership, section: str) -> HttpResponse:
+    from django.http import Http404
+
+    if section not in SECTIONS:
+        raise Http404(f"No section {section!r}.")
+    context = {"section": section, "title": SECTIONS[section]}
+    return render(request, f"workbench/{section}.html", context)
+
+
+@team_view()
+def workers(request: HttpRequest, membership: Membership) -> HttpResponse:
+    context = {
+        "section": "workers",
+        "workers": workers_online(),
+        "queues": known_queues(),
+        "can_check": membership.allows(Permission.RUN),
+    }
+    return render(request, "workbench/workers.html", context)
+
+
+@require_POST
+@team_view(Permission.RUN)
+def workers_check(request: HttpRequest, membership: Membership) -> HttpResponse:
+    check_id = worker_check_start(team=membership.team)
+    context = {"check_id": check_id, "queues": known_queues()}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "workbench/workers.html#check-started", context)
+    return redirect("workers", team=membership.team.slug)

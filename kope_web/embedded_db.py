@@ -1,0 +1,144 @@
+"""The embedded PostgreSQL (with pgvector) used when DATABASE_URL is not set.
+
+The server comes from the `pgserver` package and keeps its data under KOPE_DATA_DIR/pgdata.
+Any process that needs the database (manage.py, Daphne, a Celery worker, pytest) starts it
+on demand; processes share one server, and the last one out stops it unless `make run` is
+holding it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import subprocess
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+import psycopg
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from pgserver.postgres_server import PostgresServer
+
+logger = logging.getLogger(__name__)
+# pgserver keeps its lock under the runtime dir; falling back to /tmp is fine for us.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+class EmbeddedDatabaseError(RuntimeError):
+    """The embedded database cannot start; the message says why and what to do."""
+
+
+@functools.cache
+def bundled_major_version() -> str:
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    output = subprocess.run(
+        [str(POSTGRES_BIN_PATH / "postgres"), "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # "postgres (PostgreSQL) 16.2" -> "16"
+    return output.split()[-1].split(".")[0]
+
+
+def check_data_dir_version(pgdata: Path) -> None:
+    version_file = pgdata / "PG_VERSION"
+    if not version_file.exists():
+        return
+    found = version_file.read_text().strip()
+    expected = bundled_major_version()
+    if found != expected:
+        raise EmbeddedDatabaseError(
+            f"The data directory {pgdata} was made by PostgreSQL {found}, "
+            f"but the embedded server is PostgreSQL {expected}.\n"
+            f"Hint: dump it with PostgreSQL {found}'s pg_dump and restore into a new data dir, "
+            f"or move {pgdata} aside to start empty, or point DATABASE_URL at that server."
+        )
+
+
+def remove_stale_lock(pgdata: Path) -> None:
+    """A postmaster.pid left by a crashed server blocks start-up when its pid is reused."""
+    lock_file = pgdata / "postmaster.pid"
+    if not lock_file.exists():
+        return
+    try:
+        pid = int(lock_file.read_text().splitlines()[0])
+    except (ValueError, IndexError, OSError):
+        pid = -1
+    if _is_postgres_process(pid):
+        return
+    logger.warning("Removing stale lock %s (process %s is not a running postgres).", lock_file, pid)
+    lock_file.unlink(missing_ok=True)
+
+
+def forget_dead_handles(pgdata: Path) -> None:
+    """pgserver stops the server when its last user exits, counting users in a pid list.
+
+    A user killed with SIGKILL never removes itself, which would keep the server up forever.
+    """
+    from pgserver.postgres_server import PostgresServer
+
+    handles = pgdata / ".handle_pids.json"
+    with PostgresServer._lock:
+        if not handles.exists():
+            return
+        try:
+            pids = json.loads(handles.read_text())
+        except (OSError, ValueError):
+            pids = []
+        handles.write_text(json.dumps([pid for pid in pids if psutil.pid_exists(pid)]))
+
+
+def _is_postgres_process(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).name() == "postgres")
+    except (psutil.Error, ValueError):
+        return False
+
+
+@functools.cache
+def socket_dir(data_dir: str, database: str) -> str:
+    """Start (or join) the embedded server once per process and return its socket directory."""
+    pgdata = Path(data_dir) / "pgdata"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    check_data_dir_version(pgdata)
+    remove_stale_lock(pgdata)
+    forget_dead_handles(pgdata)
+    server = _start_server(pgdata)
+    host = str(server.get_postmaster_info().socket_dir)
+    create_database(host=host, name=database)
+    return host
+
+
+def _start_server(pgdata: Path) -> PostgresServer:
+    from pgserver.postgres_server import get_server
+
+    try:
+        return get_server(pgdata, cleanup_mode="stop")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+        log_tail = _tail(pgdata / "log")
+        raise EmbeddedDatabaseError(
+            f"The embedded PostgreSQL in {pgdata} did not start ({error}).\n"
+            f"Last lines of its log:\n{log_tail}\n"
+            "Hint: another server may hold this data dir; stop it, or remove the data dir "
+            "to start empty."
+        ) from None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def create_database(*, host: str, name: str) -> None:
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -1,0 +1,102 @@
+"""Typed readers for the environment: the only place settings read os.environ.
+
+Each raises ImproperlyConfigured naming the variable when its value is malformed, and
+each secret may instead come from a file named by <NAME>_FILE (Docker/Kubernetes secrets).
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = env_str(name)
+    if not raw:
+        return default
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false.")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int = 2**31) -> int:
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer.") from None
+    if not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name}={value} is outside {minimum}..{maximum}.")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = env_str(name)
+    if not raw:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """Read NAME, or the contents of the file named by NAME_FILE."""
+    file_name = env_str(f"{name}_FILE")
+    if not file_name:
+        return env_str(name, default)
+    if env_str(name):
+        raise ImproperlyConfigured(f"Set either {name} or {name}_FILE, not both.")
+    try:
+        with open(file_name, encoding="utf-8") as secret_file:
+            return secret_file.read().strip()
+    except OSError as error:
+        raise ImproperlyConfigured(
+            f"{name}_FILE={file_name!r} cannot be read: {error.strerror}."
+        ) from None
+
+
+def env_database_url(name: str) -> dict[str, object] | None:
+    """Parse postgres://user:password@host:port/dbname?sslmode=... into a DATABASES entry."""
+    raw = env_secret(name)
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"{name} must start with postgresql:// (got scheme {parts.scheme!r})."
+        )
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ImproperlyConfigured(f"{name} names no database (postgresql://host/DBNAME).")
+    query = dict(pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has a port that is not a number.") from None
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": database,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": unquote(query.pop("host", parts.hostname or "")),
+        "PORT": str(port or ""),
+        "OPTIONS": query,
+    }
+
+
+def env_redis_url(name: str) -> str:
+    raw = env_secret(name)
+    if raw and urlsplit(raw).scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(f"{name} must start with redis://, rediss:// or unix://.")
+    return raw

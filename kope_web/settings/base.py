@@ -1,0 +1,207 @@
+"""Complete settings; local.py, test.py and production.py only toggle what differs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from csp.constants import NONE, SELF
+
+from kope_web.env import (
+    env_bool,
+    env_database_url,
+    env_int,
+    env_list,
+    env_redis_url,
+    env_secret,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+DATA_DIR = Path(env_str("KOPE_DATA_DIR") or BASE_DIR / "var").resolve()
+
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "insecure-local-only-key-set-DJANGO_SECRET_KEY")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "channels_postgres",
+    "django_htmx",
+    "template_partials",
+    "csp",
+    "apps.core",
+    "apps.accounts",
+    "apps.devices",
+    "apps.workbench",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.middleware.DomainErrorMiddleware",
+]
+
+ROOT_URLCONF = "kope_web.urls"
+ASGI_APPLICATION = "kope_web.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.accounts.context_processors.current_team",
+            ],
+        },
+    },
+]
+
+# --- Database: embedded PostgreSQL + pgvector unless DATABASE_URL names a server -------------
+EMBEDDED_DATABASE = env_database_url("DATABASE_URL") is None
+DATABASES = {
+    "default": env_database_url("DATABASE_URL")
+    or {
+        "ENGINE": "kope_web.db.embedded",
+        "NAME": "kope",
+        "USER": "postgres",
+        "DATA_DIR": str(DATA_DIR),
+        "SERVER_DATABASE": "kope",
+    }
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("KOPE_DB_CONN_MAX_AGE", 60, maximum=3600)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Broker and channel layer: Redis when REDIS_URL is set, else no server at all ----------
+REDIS_URL = env_redis_url("REDIS_URL")
+BROKER_DIR = DATA_DIR / "broker"
+
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "kope"},
+        }
+    }
+else:
+    # Celery's filesystem transport keeps queues as files under var/broker, so the web server
+    # and separate worker processes share them without a server; channels_postgres relays
+    # websocket events through LISTEN/NOTIFY on the database we already have.
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+    # kombu expects the folders to exist; every process that sends or consumes loads settings.
+    for _folder in ("queue", "control", "processed"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "kope_web.channel_layers.DatabaseChannelLayer",
+            "CONFIG": {"prefix": "kope"},
+        }
+    }
+
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_DEFAULT_QUEUE = "agent"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_TIME_LIMIT = env_int("KOPE_TASK_TIME_LIMIT", 3600, minimum=10)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
+# Device work is routed by target: a host with a device runs a worker on device.<target>.
+DEVICE_TARGETS = env_list("KOPE_DEVICE_TARGETS", ["cpu"])
+AGENT_QUEUE = "agent"
+
+# --- Auth ---------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+# --- Content security policy: no inline scripts, nothing from outside the server ---------
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# --- Static files ---------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- The first admin, created by `manage.py bootstrap` ------------------------------------
+KOPE_ADMIN_USERNAME = env_str("KOPE_ADMIN_USERNAME", "admin")
+KOPE_ADMIN_PASSWORD = env_secret("KOPE_ADMIN_PASSWORD")
+KOPE_HOST = env_str("KOPE_HOST", "127.0.0.1")
+KOPE_PORT = env_int("KOPE_PORT", 8000, minimum=1, maximum=65535)
+API_MAX_PAGE_SIZE = 200
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("KOPE_LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}

@@ -1,0 +1,8 @@
+"""Single-machine development: DEBUG on, everything else as in base."""
+
+from __future__ import annotations
+
+from kope_web.env import env_bool
+from kope_web.settings.base import *  # noqa: F403
+
+DEBUG = env_bool("DJANGO_DEBUG", True)

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.urls import URLPattern, URLResolver, include, path
+
+from kope_web.api import api
+
+
+def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
+    """The API answers 401 itself, so LoginRequiredMiddleware must not redirect it to a page."""
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            login_not_required(pattern.callback)
+    return patterns, app_name, namespace
+
+
+urlpatterns = [
+    path(
+        "accounts/login/",
+        login_not_required(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/", include("apps.accounts.urls")),
+    path("admin/", admin.site.urls),
+    path("api/", api_urls()),
+    path("", include("apps.workbench.urls")),
+]
