@@ -8,11 +8,17 @@ from django.urls import URLPattern, URLResolver, include, path
 from kope_web.api import api
 
 
+NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
+
+
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
-    """The API answers 401 itself, so LoginRequiredMiddleware must not redirect it to a page."""
+    """API operations answer 401 themselves, so LoginRequiredMiddleware must not redirect them.
+
+    The interactive docs and the OpenAPI document stay behind the login page.
+    """
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
-        if isinstance(pattern, URLPattern):
+        if isinstance(pattern, URLPattern) and pattern.name not in NINJA_DOC_VIEWS:
             login_not_required(pattern.callback)
     return patterns, app_name, namespace
 

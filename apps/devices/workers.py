@@ -27,9 +27,9 @@ def known_queues() -> list[str]:
     return [settings.AGENT_QUEUE, *(f"device.{t}" for t in settings.DEVICE_TARGETS)]
 
 
-def workers_online(timeout: float = 1.0) -> list[WorkerInfo]:
+def workers_online() -> list[WorkerInfo]:
     """Ask every worker over the broker's broadcast channel; the silent are not listed."""
-    inspect = app.control.inspect(timeout=timeout)
+    inspect = app.control.inspect(timeout=settings.WORKER_PING_TIMEOUT_S)
     queues: dict[str, Any] = inspect.active_queues() or {}
     active: dict[str, Any] = inspect.active() or {}
     return [

@@ -84,10 +84,10 @@ DATABASES = {
     "default": env_database_url("DATABASE_URL")
     or {
         "ENGINE": "kope_web.db.embedded",
-        "NAME": "kope",
+        "NAME": env_str("KOPE_DB_NAME", "kope"),
         "USER": "postgres",
         "DATA_DIR": str(DATA_DIR),
-        "SERVER_DATABASE": "kope",
+        "SERVER_DATABASE": env_str("KOPE_DB_NAME", "kope"),
     }
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("KOPE_DB_CONN_MAX_AGE", 60, maximum=3600)
@@ -111,7 +111,7 @@ else:
     # Celery's filesystem transport keeps queues as files under var/broker, so the web server
     # and separate worker processes share them without a server; channels_postgres relays
     # websocket events through LISTEN/NOTIFY on the database we already have.
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
@@ -144,6 +144,8 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 # Device work is routed by target: a host with a device runs a worker on device.<target>.
 DEVICE_TARGETS = env_list("KOPE_DEVICE_TARGETS", ["cpu"])
 AGENT_QUEUE = "agent"
+# How long the Workers page waits for workers to answer a broadcast ping.
+WORKER_PING_TIMEOUT_S = env_int("KOPE_WORKER_PING_TIMEOUT_MS", 1000, minimum=50) / 1000
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -36,6 +36,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, no_worker: bool, **options: Any) -> None:
         started_at = float(os.environ.get("KOPE_STARTED_AT") or time.time())
+        signal.signal(signal.SIGTERM, stop_like_ctrl_c)
         ensure_port_free(host, port)
         self.say("Starting the database…")
         connection.ensure_connection()
@@ -61,6 +62,12 @@ class Command(BaseCommand):
     def say(self, message: str) -> None:
         self.stdout.write(message)
         self.stdout.flush()
+
+
+def stop_like_ctrl_c(signum: int, frame: object) -> None:
+    # SIGTERM would otherwise end the process without running the cleanup below,
+    # leaving the children and the embedded database running.
+    raise KeyboardInterrupt
 
 
 def ensure_port_free(host: str, port: int) -> None:

@@ -1,0 +1,126 @@
+"""`make run` end to end: start, log in with Chromium, Ctrl-C, and start again on the same data."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from .conftest import (
+    ADMIN_USERNAME,
+    CHROMIUM,
+    MakeRun,
+    port_is_free,
+    postmaster_pid_file,
+)
+
+pytestmark = [pytest.mark.browser]
+
+if not CHROMIUM.exists():
+    reason = f"{CHROMIUM} is missing: install Debian's chromium (`make browser`)."
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} CI must run the browser tests, not skip them.", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+SESSIONS_PATH = re.compile(r"/t/[^/]+/sessions/$")
+CSP_VIOLATION = re.compile(r"Content Security Policy|Refused to")
+
+
+@dataclass
+class BrowsingRecord:
+    """What the pages said on the console and which URLs they requested."""
+
+    console: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+
+def log_in_as_admin(chromium: Browser, base_url: str, password: str) -> BrowsingRecord:
+    record = BrowsingRecord()
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.on("console", lambda message: record.console.append(message.text))
+        page.on("request", lambda request: record.requests.append(request.url))
+        page.goto(urljoin(base_url, "accounts/login/"))
+        page.locator("#id_username").fill(ADMIN_USERNAME)
+        page.locator("#id_password").fill(password)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(SESSIONS_PATH)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Sessions")
+        expect(page.locator("header").get_by_text(ADMIN_USERNAME, exact=True)).to_be_visible()
+    finally:
+        context.close()
+    return record
+
+
+def assert_no_csp_violations(record: BrowsingRecord) -> None:
+    violations = [text for text in record.console if CSP_VIOLATION.search(text)]
+    assert not violations, f"CSP violations on the console: {violations}"
+
+
+def assert_only_own_origin_requested(record: BrowsingRecord, base_url: str) -> None:
+    own = urlsplit(base_url)
+    foreign = [
+        url
+        for url in record.requests
+        if (urlsplit(url).scheme, urlsplit(url).netloc) != (own.scheme, own.netloc)
+    ]
+    assert record.requests, "the pages made no requests at all"
+    assert not foreign, f"requests to other origins than {base_url}: {foreign}"
+
+
+def stop_with_ctrl_c(run: MakeRun, port: int, data_dir: Path) -> None:
+    run.press_ctrl_c()
+    run.wait_for_exit(timeout_s=60)
+    assert "Stopped." in run.lines, f"no 'Stopped.' line after Ctrl-C:\n{run.output}"
+    assert port_is_free(port), f"port {port} is still taken after Ctrl-C"
+    assert_embedded_postgres_stopped(data_dir, run)
+
+
+def assert_embedded_postgres_stopped(data_dir: Path, run: MakeRun) -> None:
+    pid_file = postmaster_pid_file(data_dir)
+    deadline = time.monotonic() + 10
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pid_file.exists(), f"embedded PostgreSQL still running ({pid_file}):\n{run.output}"
+
+
+def start_and_log_in(
+    start_make_run: Callable[[], MakeRun], chromium: Browser, password: str
+) -> tuple[MakeRun, float]:
+    run = start_make_run()
+    base_url, seconds = run.wait_until_ready(timeout_s=120)
+    record = log_in_as_admin(chromium, base_url, password)
+    assert_no_csp_violations(record)
+    assert_only_own_origin_requested(record, base_url)
+    return run, seconds
+
+
+@pytest.mark.timeout(600)
+def test_make_run_serves_login_stops_on_ctrl_c_and_restarts_on_same_data(
+    start_make_run: Callable[[], MakeRun],
+    chromium: Browser,
+    admin_password: str,
+    port: int,
+    data_dir: Path,
+) -> None:
+    first_run, first = start_and_log_in(start_make_run, chromium, admin_password)
+    assert f"Created admin user {ADMIN_USERNAME!r}" in first_run.output
+    stop_with_ctrl_c(first_run, port, data_dir)
+
+    second_run, second = start_and_log_in(start_make_run, chromium, admin_password)
+    assert "Created admin user" not in second_run.output, second_run.output
+    assert (
+        "password set from KOPE_ADMIN_PASSWORD" in second_run.output
+        or f"Admin user {ADMIN_USERNAME!r} exists" in second_run.output
+    ), second_run.output
+    stop_with_ctrl_c(second_run, port, data_dir)
+
+    print(f"make run started in {first:.1f} s, second run {second:.1f} s")

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from apps.accounts.models import Membership, Team
+from apps.accounts.roles import Role
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+
+@pytest.fixture
+def team(db: None) -> Team:
+    return TeamFactory(slug="kernels", name="Kernels")
+
+
+@pytest.fixture
+def other_team(db: None) -> Team:
+    return TeamFactory(slug="elsewhere", name="Elsewhere")
+
+
+@pytest.fixture
+def member(team: Team) -> Callable[[Role | str], User]:
+    """Make a user with the given role in `team`; 'outsider' belongs only to another team."""
+
+    def make(role: Role | str) -> User:
+        if role == "outsider":
+            return MembershipFactory(team=TeamFactory(), role=Role.ADMIN).user
+        membership: Membership = MembershipFactory(team=team, role=role)
+        return membership.user
+
+    return make
+
+
+@pytest.fixture
+def client_for(member: Callable[[Role | str], User]) -> Callable[[Role | str], Client]:
+    def make(role: Role | str) -> Client:
+        client = Client()
+        client.force_login(member(role))
+        return client
+
+    return make
+
+
+@pytest.fixture
+def admin_client_of_team(client_for: Callable[[Role | str], Client]) -> Client:
+    return client_for(Role.ADMIN)
+
+
+@pytest.fixture
+def user(db: None) -> User:
+    return UserFactory()

@@ -1,0 +1,128 @@
+"""Every team-scoped page and API endpoint, for every role: allowed, forbidden, or not found.
+
+An outsider (a member of another team only) must get 404, never 403: another team's
+objects are indistinguishable from objects that do not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from apps.accounts.roles import Permission, Role, role_allows
+from tests.factories import MembershipFactory
+
+ROLES: list[Role | str] = ["outsider", *Role]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str  # the URL name (pages) or the path (API)
+    method: str
+    path: str  # {team} and {member} are filled in per test
+    needs: Permission
+    body: dict[str, str] | None = None
+
+    def url(self, team: str, member: str) -> str:
+        return self.path.format(team=team, member=member)
+
+
+PAGES = [
+    *(Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW) for s in
+      ["sessions", "forest", "review", "knowledge", "reports"]),
+    Endpoint("workers", "get", "/t/{team}/workers/", Permission.VIEW),
+    Endpoint("workers-check", "post", "/t/{team}/workers/check/", Permission.RUN),
+    Endpoint("members", "get", "/accounts/teams/{team}/members/", Permission.VIEW),
+    Endpoint("member-set", "post", "/accounts/teams/{team}/members/set/", Permission.MANAGE,
+             {"username": "{member}", "role": "engineer"}),
+    Endpoint("member-remove", "post", "/accounts/teams/{team}/members/{member}/remove/",
+             Permission.MANAGE),
+]
+API = [
+    Endpoint("api:get_team", "get", "/api/teams/{team}", Permission.VIEW),
+    Endpoint("api:list_members", "get", "/api/teams/{team}/members", Permission.VIEW),
+    Endpoint("api:set_member", "put", "/api/teams/{team}/members/{member}", Permission.MANAGE,
+             {"role": "engineer"}),
+    Endpoint("api:remove_member", "delete", "/api/teams/{team}/members/{member}",
+             Permission.MANAGE),
+    Endpoint("api:list_workers", "get", "/api/teams/{team}/workers", Permission.VIEW),
+    Endpoint("api:check_workers", "post", "/api/teams/{team}/workers/check", Permission.RUN),
+]
+# Not team-scoped: any logged-in user acts on their own account.
+USER_SCOPED = {"home", "tokens", "token-revoke", "api:get_me", "api:list_teams",
+               "api:list_tokens", "api:create_token", "api:revoke_token",
+               "api:openapi-json", "api:openapi-view", "api:api-root"}
+OUTSIDE_THE_MATRIX = {"login", "logout"}  # login is public; logout is tested with auth
+
+
+def expected_status(role: Role | str, needs: Permission) -> str:
+    if role == "outsider":
+        return "not_found"
+    return "allowed" if role_allows(role, needs) else "forbidden"
+
+
+def outcome(status_code: int) -> str:
+    if status_code == 404:
+        return "not_found"
+    if status_code == 403:
+        return "forbidden"
+    assert status_code < 400, f"unexpected {status_code}"
+    return "allowed"
+
+
+def call(client: Client, endpoint: Endpoint, team: str, member: str) -> int:
+    url = endpoint.url(team, member)
+    body = {k: v.format(member=member) for k, v in (endpoint.body or {}).items()}
+    if endpoint.name.startswith("api:"):
+        response = getattr(client, endpoint.method)(url, body, content_type="application/json")
+    else:
+        response = getattr(client, endpoint.method)(url, body)
+    return int(response.status_code)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("endpoint", PAGES + API, ids=lambda e: f"{e.method} {e.path}")
+def test_each_role_gets_what_its_permissions_allow(
+    endpoint: Endpoint, role: Role | str, client_for: Callable[[Role | str], Client], team
+) -> None:
+    target: User = MembershipFactory(team=team, role=Role.VIEWER).user
+    MembershipFactory(team=team, role=Role.ADMIN)  # so removing a member never empties admins
+    status = call(client_for(role), endpoint, team.slug, target.username)
+    assert outcome(status) == expected_status(role, endpoint.needs)
+
+
+@pytest.mark.parametrize("endpoint", PAGES + API, ids=lambda e: f"{e.method} {e.path}")
+def test_anonymous_is_sent_to_login_or_told_to_authenticate(endpoint: Endpoint, team) -> None:
+    status = call(Client(), endpoint, team.slug, "nobody")
+    assert status == (401 if endpoint.name.startswith("api:") else 302)
+
+
+@pytest.mark.parametrize("endpoint", PAGES + API, ids=lambda e: f"{e.method} {e.path}")
+def test_a_team_that_does_not_exist_is_not_found(
+    endpoint: Endpoint, client_for: Callable[[Role | str], Client]
+) -> None:
+    assert call(client_for(Role.ADMIN), endpoint, "no-such-team", "nobody") == 404
+
+
+def all_url_names(resolver: URLResolver | None = None, prefix: str = "") -> set[str]:
+    names: set[str] = set()
+    for pattern in (resolver or get_resolver()).url_patterns:
+        if isinstance(pattern, URLResolver):
+            if pattern.app_name == "admin":
+                continue
+            namespace = f"{pattern.namespace}:" if pattern.namespace else ""
+            names |= all_url_names(pattern, prefix + namespace)
+        elif isinstance(pattern, URLPattern) and pattern.name:
+            names.add(prefix + pattern.name)
+    return names
+
+
+def test_the_matrix_covers_every_endpoint_of_the_project() -> None:
+    covered = {e.name for e in PAGES + API} | USER_SCOPED | OUTSIDE_THE_MATRIX
+    missing = all_url_names() - covered
+    assert not missing, f"endpoints with no row in the permission matrix: {sorted(missing)}"
