@@ -7,7 +7,6 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from kope_web.api import api
 
-
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
 
 

@@ -24,8 +24,13 @@ class Process:
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.lines: list[str] = []
         self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         threading.Thread(target=self._collect, daemon=True).start()
 
@@ -80,8 +85,17 @@ def wait_until_answering(url: str, process: Process, timeout: float = 60) -> Non
 def daphne(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     process = Process(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "kope_web.asgi:application"], env,
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "kope_web.asgi:application",
+        ],
+        env,
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -94,9 +108,26 @@ def daphne(env: dict[str, str]) -> Iterator[str]:
 @contextmanager
 def celery_worker(env: dict[str, str], queues: str, hostname: str) -> Iterator[Process]:
     process = Process(
-        [sys.executable, "-m", "celery", "-A", "kope_web", "worker", "-Q", queues,
-         "--pool", "solo", "--hostname", hostname, "--loglevel", "INFO", "--without-heartbeat",
-         "--without-mingle", "--without-gossip"], env,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "kope_web",
+            "worker",
+            "-Q",
+            queues,
+            "--pool",
+            "solo",
+            "--hostname",
+            hostname,
+            "--loglevel",
+            "INFO",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        env,
     )
     try:
         process.wait_for_output(" ready.")

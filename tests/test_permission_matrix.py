@@ -33,30 +33,57 @@ class Endpoint:
 
 
 PAGES = [
-    *(Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW) for s in
-      ["sessions", "forest", "review", "knowledge", "reports"]),
+    *(
+        Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW)
+        for s in ["sessions", "forest", "review", "knowledge", "reports"]
+    ),
     Endpoint("workers", "get", "/t/{team}/workers/", Permission.VIEW),
     Endpoint("workers-check", "post", "/t/{team}/workers/check/", Permission.RUN),
     Endpoint("members", "get", "/accounts/teams/{team}/members/", Permission.VIEW),
-    Endpoint("member-set", "post", "/accounts/teams/{team}/members/set/", Permission.MANAGE,
-             {"username": "{member}", "role": "engineer"}),
-    Endpoint("member-remove", "post", "/accounts/teams/{team}/members/{member}/remove/",
-             Permission.MANAGE),
+    Endpoint(
+        "member-set",
+        "post",
+        "/accounts/teams/{team}/members/set/",
+        Permission.MANAGE,
+        {"username": "{member}", "role": "engineer"},
+    ),
+    Endpoint(
+        "member-remove",
+        "post",
+        "/accounts/teams/{team}/members/{member}/remove/",
+        Permission.MANAGE,
+    ),
 ]
 API = [
     Endpoint("api:get_team", "get", "/api/teams/{team}", Permission.VIEW),
     Endpoint("api:list_members", "get", "/api/teams/{team}/members", Permission.VIEW),
-    Endpoint("api:set_member", "put", "/api/teams/{team}/members/{member}", Permission.MANAGE,
-             {"role": "engineer"}),
-    Endpoint("api:remove_member", "delete", "/api/teams/{team}/members/{member}",
-             Permission.MANAGE),
+    Endpoint(
+        "api:set_member",
+        "put",
+        "/api/teams/{team}/members/{member}",
+        Permission.MANAGE,
+        {"role": "engineer"},
+    ),
+    Endpoint(
+        "api:remove_member", "delete", "/api/teams/{team}/members/{member}", Permission.MANAGE
+    ),
     Endpoint("api:list_workers", "get", "/api/teams/{team}/workers", Permission.VIEW),
     Endpoint("api:check_workers", "post", "/api/teams/{team}/workers/check", Permission.RUN),
 ]
 # Not team-scoped: any logged-in user acts on their own account.
-USER_SCOPED = {"home", "tokens", "token-revoke", "api:get_me", "api:list_teams",
-               "api:list_tokens", "api:create_token", "api:revoke_token",
-               "api:openapi-json", "api:openapi-view", "api:api-root"}
+USER_SCOPED = {
+    "home",
+    "tokens",
+    "token-revoke",
+    "api:get_me",
+    "api:list_teams",
+    "api:list_tokens",
+    "api:create_token",
+    "api:revoke_token",
+    "api:openapi-json",
+    "api:openapi-view",
+    "api:api-root",
+}
 OUTSIDE_THE_MATRIX = {"login", "logout"}  # login is public; logout is tested with auth
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from apps.accounts import selectors, services
@@ -69,7 +69,7 @@ def set_member(request: HttpRequest, slug: str, username: str, payload: MemberIn
 def remove_member(request: HttpRequest, slug: str, username: str) -> Any:
     membership = selectors.membership_for(request.user, slug, Permission.MANAGE)
     services.membership_remove(team=membership.team, username=username)
-    return 204, None
+    return Status(204, None)
 
 
 @router.get("/tokens", response=list[TokenOut])
@@ -81,7 +81,7 @@ def list_tokens(request: HttpRequest) -> Any:
 @router.post("/tokens", response={201: IssuedTokenOut})
 def create_token(request: HttpRequest, payload: TokenIn) -> Any:
     issued = services.api_token_create(user=request.user, name=payload.name)  # type: ignore[arg-type]
-    return 201, {**token_out(issued.token), "token": issued.plaintext}
+    return Status(201, {**token_out(issued.token), "token": issued.plaintext})
 
 
 @router.delete("/tokens/{token_id}", response=TokenOut)

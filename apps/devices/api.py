@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
@@ -37,4 +37,5 @@ def list_workers(request: HttpRequest, slug: str) -> Any:
 @router.post("/teams/{slug}/workers/check", response={202: CheckOut})
 def check_workers(request: HttpRequest, slug: str) -> Any:
     membership = membership_for(request.user, slug, Permission.RUN)
-    return 202, {"check_id": worker_check_start(team=membership.team), "queues": known_queues()}
+    check_id = worker_check_start(team=membership.team)
+    return Status(202, {"check_id": check_id, "queues": known_queues()})

@@ -6,3 +6,6 @@ from kope_web.env import env_bool
 from kope_web.settings.base import *  # noqa: F403
 
 DEBUG = env_bool("DJANGO_DEBUG", True)
+
+# Static files are served from the source folders here; only production collects them.
+STATIC_ROOT = None

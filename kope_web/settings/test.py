@@ -18,3 +18,6 @@ STORAGES = {
 }
 
 WORKER_PING_TIMEOUT_S = 0.2
+
+# Static files are served from the source folders here; only production collects them.
+STATIC_ROOT = None

@@ -64,8 +64,12 @@ def test_token_use_is_recorded(user: User) -> None:
 def test_a_token_is_shown_once_at_creation_and_listed_without_its_secret(user: User) -> None:
     client = Client()
     client.force_login(user)
-    created = client.post("/api/tokens", {"name": "nightly"}, content_type="application/json",
-                          HTTP_X_CSRFTOKEN=csrf_token(client))
+    created = client.post(
+        "/api/tokens",
+        {"name": "nightly"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=csrf_token(client),
+    )
     assert created.status_code == 201
     plaintext = created.json()["token"]
     listed = client.get("/api/tokens").json()["items"]
@@ -90,16 +94,21 @@ def test_a_session_post_to_the_api_without_csrf_token_is_refused(user: User) -> 
 def test_a_session_post_to_the_api_with_csrf_token_is_accepted(user: User) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
-    response = client.post("/api/tokens", {"name": "x"}, content_type="application/json",
-                           HTTP_X_CSRFTOKEN=csrf_token(client))
+    response = client.post(
+        "/api/tokens",
+        {"name": "x"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=csrf_token(client),
+    )
     assert response.status_code == 201
 
 
 def test_a_token_post_needs_no_csrf_token(user: User) -> None:
     issued = api_token_create(user=user, name="ci")
     client = Client(enforce_csrf_checks=True)
-    response = client.post("/api/tokens", {"name": "x"}, content_type="application/json",
-                           **bearer(issued.plaintext))
+    response = client.post(
+        "/api/tokens", {"name": "x"}, content_type="application/json", **bearer(issued.plaintext)
+    )
     assert response.status_code == 201
 
 
@@ -107,7 +116,9 @@ def test_a_page_form_post_without_csrf_token_is_refused(user: User) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     assert client.post("/accounts/tokens/", {"name": "x"}).status_code == 403
-    with_token = client.post("/accounts/tokens/", {"name": "x", "csrfmiddlewaretoken": csrf_token(client)})
+    with_token = client.post(
+        "/accounts/tokens/", {"name": "x", "csrfmiddlewaretoken": csrf_token(client)}
+    )
     assert with_token.status_code == 200
     assert ApiToken.objects.filter(name="x").count() == 1
 
@@ -121,8 +132,9 @@ def test_an_htmx_post_carries_the_csrf_token_in_hx_headers(user: User) -> None:
 
 def test_validation_errors_have_a_machine_readable_code(user: User) -> None:
     issued = api_token_create(user=user, name="ci")
-    response = Client().post("/api/tokens", {"name": ""}, content_type="application/json",
-                             **bearer(issued.plaintext))
+    response = Client().post(
+        "/api/tokens", {"name": ""}, content_type="application/json", **bearer(issued.plaintext)
+    )
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "validation_error"
 
@@ -146,14 +158,20 @@ def test_lists_are_paginated(user: User) -> None:
 def test_the_last_admin_cannot_be_demoted(team, user: User) -> None:
     MembershipFactory(user=user, team=team, role=Role.ADMIN)
     issued = api_token_create(user=user, name="ci")
-    response = Client().put(f"/api/teams/kernels/members/{user.username}", {"role": "viewer"},
-                            content_type="application/json", **bearer(issued.plaintext))
+    response = Client().put(
+        f"/api/teams/kernels/members/{user.username}",
+        {"role": "viewer"},
+        content_type="application/json",
+        **bearer(issued.plaintext),
+    )
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "conflict"
     assert user.memberships.get().role == Role.ADMIN
 
 
-def test_the_openapi_document_is_served_to_a_logged_in_user_and_names_every_operation(user: User) -> None:
+def test_the_openapi_document_is_served_to_a_logged_in_user_and_names_every_operation(
+    user: User,
+) -> None:
     client = Client()
     client.force_login(user)
     schema = client.get("/api/openapi.json").json()

@@ -9,13 +9,48 @@ from kope_web.env import env_bool, env_database_url, env_int, env_redis_url, env
 @pytest.mark.parametrize(
     ("name", "value", "read", "message"),
     [
-        ("KOPE_PORT", "eighty", lambda: env_int("KOPE_PORT", 8000), "KOPE_PORT='eighty' is not an integer"),
-        ("KOPE_PORT", "70000", lambda: env_int("KOPE_PORT", 8000, maximum=65535), "KOPE_PORT=70000 is outside"),
-        ("DJANGO_DEBUG", "maybe", lambda: env_bool("DJANGO_DEBUG", False), "DJANGO_DEBUG='maybe' is not a boolean"),
-        ("DATABASE_URL", "mysql://x/y", lambda: env_database_url("DATABASE_URL"), "DATABASE_URL must start with postgresql://"),
-        ("DATABASE_URL", "postgresql://host/", lambda: env_database_url("DATABASE_URL"), "DATABASE_URL names no database"),
-        ("DATABASE_URL", "postgresql://h:port/db", lambda: env_database_url("DATABASE_URL"), "DATABASE_URL has a port"),
-        ("REDIS_URL", "http://x", lambda: env_redis_url("REDIS_URL"), "REDIS_URL must start with redis://"),
+        (
+            "KOPE_PORT",
+            "eighty",
+            lambda: env_int("KOPE_PORT", 8000),
+            "KOPE_PORT='eighty' is not an integer",
+        ),
+        (
+            "KOPE_PORT",
+            "70000",
+            lambda: env_int("KOPE_PORT", 8000, maximum=65535),
+            "KOPE_PORT=70000 is outside",
+        ),
+        (
+            "DJANGO_DEBUG",
+            "maybe",
+            lambda: env_bool("DJANGO_DEBUG", False),
+            "DJANGO_DEBUG='maybe' is not a boolean",
+        ),
+        (
+            "DATABASE_URL",
+            "mysql://x/y",
+            lambda: env_database_url("DATABASE_URL"),
+            "DATABASE_URL must start with postgresql://",
+        ),
+        (
+            "DATABASE_URL",
+            "postgresql://host/",
+            lambda: env_database_url("DATABASE_URL"),
+            "DATABASE_URL names no database",
+        ),
+        (
+            "DATABASE_URL",
+            "postgresql://h:port/db",
+            lambda: env_database_url("DATABASE_URL"),
+            "DATABASE_URL has a port",
+        ),
+        (
+            "REDIS_URL",
+            "http://x",
+            lambda: env_redis_url("REDIS_URL"),
+            "REDIS_URL must start with redis://",
+        ),
     ],
 )
 def test_a_malformed_value_names_the_variable(monkeypatch, name, value, read, message) -> None:
@@ -25,11 +60,17 @@ def test_a_malformed_value_names_the_variable(monkeypatch, name, value, read, me
 
 
 def test_a_database_url_becomes_a_django_database(monkeypatch) -> None:
-    monkeypatch.setenv("DATABASE_URL", "postgresql://kope:p%40ss@db.internal:5433/kope?sslmode=require")
+    monkeypatch.setenv(
+        "DATABASE_URL", "postgresql://kope:p%40ss@db.internal:5433/kope?sslmode=require"
+    )
     assert env_database_url("DATABASE_URL") == {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": "kope", "USER": "kope", "PASSWORD": "p@ss", "HOST": "db.internal",
-        "PORT": "5433", "OPTIONS": {"sslmode": "require"},
+        "NAME": "kope",
+        "USER": "kope",
+        "PASSWORD": "p@ss",
+        "HOST": "db.internal",
+        "PORT": "5433",
+        "OPTIONS": {"sslmode": "require"},
     }
 
 
@@ -48,12 +89,14 @@ def test_a_secret_can_come_from_a_file(monkeypatch, tmp_path) -> None:
 
 def test_a_missing_secret_file_is_named(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("DJANGO_SECRET_KEY_FILE", str(tmp_path / "absent"))
-    with pytest.raises(ImproperlyConfigured, match="DJANGO_SECRET_KEY_FILE=.*cannot be read"):
+    with pytest.raises(ImproperlyConfigured, match=r"DJANGO_SECRET_KEY_FILE=.*cannot be read"):
         env_secret("DJANGO_SECRET_KEY")
 
 
 def test_a_secret_and_its_file_together_are_ambiguous(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("DJANGO_SECRET_KEY", "a")
     monkeypatch.setenv("DJANGO_SECRET_KEY_FILE", str(tmp_path / "b"))
-    with pytest.raises(ImproperlyConfigured, match="either DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE"):
+    with pytest.raises(
+        ImproperlyConfigured, match="either DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE"
+    ):
         env_secret("DJANGO_SECRET_KEY")

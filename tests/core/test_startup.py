@@ -21,8 +21,12 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     environment.update(env)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=environment,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -43,15 +47,19 @@ def test_a_malformed_variable_stops_start_up_naming_it(variable, value, message)
 
 
 def test_production_refuses_to_start_without_a_secret_key() -> None:
-    result = manage("check", DJANGO_SETTINGS_MODULE="kope_web.settings.production",
-                    DJANGO_SECRET_KEY="")
+    result = manage(
+        "check", DJANGO_SETTINGS_MODULE="kope_web.settings.production", DJANGO_SECRET_KEY=""
+    )
     assert result.returncode == 2
     assert "DJANGO_SECRET_KEY" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_production_settings_pass_the_deploy_check() -> None:
     result = manage(
-        "check", "--deploy", "--fail-level", "WARNING",
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
         DJANGO_SETTINGS_MODULE="kope_web.settings.production",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(60),
         DATABASE_URL="postgresql://kope@db.invalid/kope",
@@ -65,8 +73,9 @@ def test_a_data_dir_from_another_postgres_version_gets_a_hint() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="kv", dir="/tmp"))
     (data_dir / "pgdata").mkdir()
     (data_dir / "pgdata" / "PG_VERSION").write_text("12\n")
-    result = manage("migrate", KOPE_DATA_DIR=str(data_dir),
-                    DJANGO_SETTINGS_MODULE="kope_web.settings.local")
+    result = manage(
+        "migrate", KOPE_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="kope_web.settings.local"
+    )
     assert result.returncode == 2
     assert "made by PostgreSQL 12" in result.stderr
     assert "Hint: dump it with PostgreSQL 12's pg_dump" in result.stderr
@@ -78,8 +87,9 @@ def test_a_port_in_use_gets_a_hint_to_pick_another() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = manage("runstack", "--port", str(port),
-                        DJANGO_SETTINGS_MODULE="kope_web.settings.local")
+        result = manage(
+            "runstack", "--port", str(port), DJANGO_SETTINGS_MODULE="kope_web.settings.local"
+        )
     assert result.returncode != 0
     assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
     assert f"KOPE_PORT={port + 1} make run" in result.stderr

@@ -56,7 +56,9 @@ def process_env(mode: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("mode", ["single-machine", pytest.param("many-hosts", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "mode", ["single-machine", pytest.param("many-hosts", marks=pytest.mark.redis)]
+)
 def test_a_worker_answer_reaches_a_connected_browser(mode: str, transactional_db: None) -> None:
     if mode == "many-hosts":
         require_redis()
@@ -83,7 +85,8 @@ def post_check(url: str, token: str) -> dict[str, object]:
     import urllib.request
 
     request = urllib.request.Request(  # noqa: S310 (loopback only)
-        f"{url}/api/teams/live/workers/check", method="POST",
+        f"{url}/api/teams/live/workers/check",
+        method="POST",
         headers={"Authorization": f"Bearer {token}"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
