@@ -179,7 +179,7 @@ CONTENT_SECURITY_POLICY = {
 
 # --- Static files ---------------------------------------------------------------------------
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT: Path | None = DATA_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
