@@ -9,3 +9,7 @@ DEBUG = env_bool("DJANGO_DEBUG", True)
 
 # Static files are served from the source folders here; only production collects them.
 STATIC_ROOT = None
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
