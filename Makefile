@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The CPU build of PyTorch (operator references run on the CPU); installed before the project.
+TORCH_VERSION ?= 2.13.0
+# Elsewhere, TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' picks the CPU wheel.
+TORCH_PIP_ARGS ?=
 
 .PHONY: run test lint typecheck pytest install browser clean
 
@@ -17,6 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 

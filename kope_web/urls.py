@@ -32,5 +32,6 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/", api_urls()),
+    path("", include("apps.operators.urls")),
     path("", include("apps.workbench.urls")),
 ]

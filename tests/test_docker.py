@@ -278,3 +278,11 @@ def test_the_image_runs_as_a_non_root_user() -> None:
 )
 def test_a_dockerfile_whose_final_stage_runs_as_root_is_reported(dockerfile: str) -> None:
     assert dockerfile_user_problems(dockerfile) != []
+
+
+def test_every_setting_variable_is_documented_in_the_readme_and_env_example() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = (ROOT / ".env.example").read_text()
+    variables = {v for v in settings_variables() if not v.endswith("_FILE")}
+    assert sorted(v for v in variables if f"`{v}`" not in readme) == []
+    assert sorted(v for v in variables if v not in example) == []

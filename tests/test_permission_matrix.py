@@ -15,7 +15,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.accounts.roles import Permission, Role, role_allows
-from tests.factories import MembershipFactory
+from apps.operators.models import ImportRun
+from apps.operators.services import suite_set
+from tests.factories import MembershipFactory, stored_builtin
+from tests.operators.conftest import SAMPLES
 
 ROLES: list[Role | str] = ["outsider", *Role]
 
@@ -28,8 +31,13 @@ class Endpoint:
     needs: Permission
     body: dict[str, str] | None = None
 
-    def url(self, team: str, member: str) -> str:
-        return self.path.format(team=team, member=member)
+    def url(self, team: str, member: str, **ids: object) -> str:
+        return self.path.format(team=team, member=member, **ids)
+
+
+EDIT = {"name": "Prefix sum", "description": "y[i] = x[0] + ... + x[i]", "max_abs": "0.002",
+        "max_rel": "0.001"}  # fmt: skip
+IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
 
 
 PAGES = [
@@ -53,6 +61,14 @@ PAGES = [
         "/accounts/teams/{team}/members/{member}/remove/",
         Permission.MANAGE,
     ),
+    Endpoint("operators", "get", "/t/{team}/operators/", Permission.VIEW),
+    Endpoint("operator", "get", "/t/{team}/operators/relu/", Permission.VIEW),
+    Endpoint("operator-edit", "post", "/t/{team}/operators/cumsum/edit/", Permission.RUN, EDIT),
+    Endpoint("suites", "get", "/t/{team}/suites/", Permission.VIEW),
+    Endpoint("suite", "get", "/t/{team}/suites/pair/", Permission.VIEW),
+    Endpoint("imports", "get", "/t/{team}/imports/", Permission.VIEW),
+    Endpoint("import-create", "post", "/t/{team}/imports/new/", Permission.RUN, IMPORT),
+    Endpoint("import-detail", "get", "/t/{team}/imports/{import_id}/", Permission.VIEW),
 ]
 API = [
     Endpoint("api:get_team", "get", "/api/teams/{team}", Permission.VIEW),
@@ -69,6 +85,20 @@ API = [
     ),
     Endpoint("api:list_workers", "get", "/api/teams/{team}/workers", Permission.VIEW),
     Endpoint("api:check_workers", "post", "/api/teams/{team}/workers/check", Permission.RUN),
+    Endpoint("api:list_operators", "get", "/api/teams/{team}/operators", Permission.VIEW),
+    Endpoint("api:get_operator", "get", "/api/teams/{team}/operators/relu", Permission.VIEW),
+    Endpoint(
+        "api:edit_operator",
+        "patch",
+        "/api/teams/{team}/operators/cumsum",
+        Permission.RUN,
+        {"description": "y[i] = x[0] + ... + x[i]"},
+    ),
+    Endpoint("api:list_suites", "get", "/api/teams/{team}/suites", Permission.VIEW),
+    Endpoint("api:get_suite", "get", "/api/teams/{team}/suites/pair", Permission.VIEW),
+    Endpoint("api:create_import", "post", "/api/teams/{team}/imports", Permission.RUN, IMPORT),
+    Endpoint("api:list_imports", "get", "/api/teams/{team}/imports", Permission.VIEW),
+    Endpoint("api:get_import", "get", "/api/teams/{team}/imports/{import_id}", Permission.VIEW),
 ]
 # Not team-scoped: any logged-in user acts on their own account.
 USER_SCOPED = {
@@ -102,8 +132,21 @@ def outcome(status_code: int) -> str:
     return "allowed"
 
 
-def call(client: Client, endpoint: Endpoint, team: str, member: str) -> int:
-    url = endpoint.url(team, member)
+@pytest.fixture(autouse=True)
+def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """What the endpoints name: a shared and a team-owned operator, a suite, an import."""
+    settings.KOPE_IMPORT_ROOTS = [SAMPLES]
+    relu = stored_builtin("relu")
+    stored_builtin("cumsum", team)
+    suite_set(team=None, slug="pair", name="A pair", operators=[relu.operator])
+    run = ImportRun.objects.create(team=team, path=str(SAMPLES), format="kernelbench")
+    return {"import_id": run.pk}
+
+
+def call(
+    client: Client, endpoint: Endpoint, team: str, member: str, ids: dict[str, object] | None = None
+) -> int:
+    url = endpoint.url(team, member, **(ids or {"import_id": 0}))
     body = {k: v.format(member=member) for k, v in (endpoint.body or {}).items()}
     if endpoint.name.startswith("api:"):
         response = getattr(client, endpoint.method)(url, body, content_type="application/json")
@@ -115,17 +158,23 @@ def call(client: Client, endpoint: Endpoint, team: str, member: str) -> int:
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("endpoint", PAGES + API, ids=lambda e: f"{e.method} {e.path}")
 def test_each_role_gets_what_its_permissions_allow(
-    endpoint: Endpoint, role: Role | str, client_for: Callable[[Role | str], Client], team
+    endpoint: Endpoint,
+    role: Role | str,
+    client_for: Callable[[Role | str], Client],
+    team,
+    team_objects: dict[str, object],
 ) -> None:
     target: User = MembershipFactory(team=team, role=Role.VIEWER).user
     MembershipFactory(team=team, role=Role.ADMIN)  # so removing a member never empties admins
-    status = call(client_for(role), endpoint, team.slug, target.username)
+    status = call(client_for(role), endpoint, team.slug, target.username, team_objects)
     assert outcome(status) == expected_status(role, endpoint.needs)
 
 
 @pytest.mark.parametrize("endpoint", PAGES + API, ids=lambda e: f"{e.method} {e.path}")
-def test_anonymous_is_sent_to_login_or_told_to_authenticate(endpoint: Endpoint, team) -> None:
-    status = call(Client(), endpoint, team.slug, "nobody")
+def test_anonymous_is_sent_to_login_or_told_to_authenticate(
+    endpoint: Endpoint, team, team_objects: dict[str, object]
+) -> None:
+    status = call(Client(), endpoint, team.slug, "nobody", team_objects)
     assert status == (401 if endpoint.name.startswith("api:") else 302)
 
 

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "csp",
     "apps.core",
     "apps.accounts",
+    "apps.operators",
     "apps.devices",
     "apps.workbench",
 ]
@@ -207,3 +208,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("KOPE_LOG_LEVEL", "INFO")},
     "loggers": {"pgserver": {"level": "WARNING"}},
 }
+
+# --- Operators: limits for running reference code (always in a child process) -------------
+KOPE_REFERENCE_TIMEOUT_S = env_int("KOPE_REFERENCE_TIMEOUT_S", 120, minimum=1)
+KOPE_REFERENCE_MEMORY_MB = env_int("KOPE_REFERENCE_MEMORY_MB", 8192, minimum=512)
+KOPE_BUILD_CACHE_DIR = DATA_DIR / "build-cache"
+# Imports started from the browser or the API may only read folders under these roots.
+KOPE_IMPORT_ROOTS = [
+    Path(p).resolve() for p in env_list("KOPE_IMPORT_ROOTS", [str(DATA_DIR / "imports")])
+]
+KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, minimum=1024)
+KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)

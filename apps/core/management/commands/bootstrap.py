@@ -4,13 +4,18 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.services import admin_bootstrap
+from apps.operators.services import ImportProblem, builtin_suite_load, builtin_suite_loaded
+from apps.operators.spec import SpecError
 
 
 class Command(BaseCommand):
-    help = "Migrate the database and make sure the first admin and their team exist."
+    help = (
+        "Migrate the database, make sure the first admin and their team exist, and store the "
+        "built-in operator suite (only what changed since the last start)."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -18,6 +23,13 @@ class Command(BaseCommand):
             username=settings.KOPE_ADMIN_USERNAME, password=settings.KOPE_ADMIN_PASSWORD
         )
         self.stdout.write(describe_admin(admin.username, admin.created, admin.password))
+        if not builtin_suite_loaded():
+            self.stdout.write("Loading the built-in operator suite (first start: a few seconds)…")
+        try:
+            suite = builtin_suite_load()
+        except (SpecError, ImportProblem) as error:
+            raise CommandError(f"the built-in operator suite cannot be loaded: {error}") from None
+        self.stdout.write(f"Built-in suite: {suite.entries.count()} operators.")
 
 
 def describe_admin(username: str, created: bool, password: str | None) -> str:

@@ -1,0 +1,22 @@
+#include "kope_kernel.h"
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs,
+                kope_tensor *outputs, int32_t n_outputs,
+                const double *attrs, int32_t n_attrs) {
+    const float *x = (const float *)inputs[0].data;
+    const float *w = (const float *)inputs[1].data;
+    const float *bias = (const float *)inputs[2].data;
+    float *y = (float *)outputs[0].data;
+    int64_t m = inputs[0].shape[0], k = inputs[0].shape[1], n = inputs[1].shape[1];
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            double acc = 0.0;
+            for (int64_t p = 0; p < k; ++p) {
+                acc += (double)x[i * k + p] * w[p * n + j];
+            }
+            float v = (float)(acc + bias[j]);
+            y[i * n + j] = v > 0.0f ? v : 0.0f;
+        }
+    }
+    return 0;
+}

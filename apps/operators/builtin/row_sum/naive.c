@@ -1,0 +1,18 @@
+#include "kope_kernel.h"
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs,
+                kope_tensor *outputs, int32_t n_outputs,
+                const double *attrs, int32_t n_attrs) {
+    const float *x = (const float *)inputs[0].data;
+    float *out = (float *)outputs[0].data;
+    int64_t rows = inputs[0].shape[0], cols = inputs[0].shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * cols;
+        double sum = 0.0; /* double, so long rows do not drift */
+        for (int64_t c = 0; c < cols; ++c) {
+            sum += xr[c];
+        }
+        out[r] = (float)sum;
+    }
+    return 0;
+}

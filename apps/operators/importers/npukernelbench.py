@@ -1,0 +1,158 @@
+"""NPUKernelBench layout: `levelN/Category/OperatorName/` folders.
+
+Each holds `api_desc.md` (the description) and `validation/` with `module.py` (`Model`, the
+reference; it imports torch_npu and a generated module, neutralised when it runs here),
+`prepare_inputs.py` (`get_inputs(param, device=None)`, `get_init_inputs(param, device=None)`,
+optionally `custom_check_precision(param, outputs, outputs_new)`) and `test_cases.csv`
+(semicolon-separated, a `case_id` column, the other columns parameters, values may be Python
+literals such as `[128, 256]`).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from apps.operators.definitions import OperatorDefinition
+from apps.operators.importers.common import (
+    FoundProblem,
+    ProblemError,
+    family_from_names,
+    level_from_path,
+    read_text,
+    slug_from_name,
+)
+from apps.operators.spec import DTYPES, CaseSpec, OperatorSpec
+
+DTYPE_COLUMNS = ("dtype", "data_type", "input_dtype")
+DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
+                 "float": "float32", "fp64": "float64", "double": "float64"}  # fmt: skip
+
+
+def discover(root: Path) -> list[FoundProblem]:
+    folders = sorted({p.parent.parent for p in root.rglob("validation/module.py")})
+    found = [found_problem(folder, root=root) for folder in folders]
+    return found
+
+
+def found_problem(folder: Path, *, root: Path) -> FoundProblem:
+    label = str(folder.relative_to(root))
+    level = level_from_path(folder) or 1  # the nearest levelN folder, even above root
+    sort_key = (level, 0, label)
+    try:
+        definition = problem_definition(folder, root=root, level=level)
+    except ProblemError as error:
+        return FoundProblem(label, failure=str(error), sort_key=sort_key)
+    return FoundProblem(label, definition=definition, sort_key=sort_key)
+
+
+def problem_definition(folder: Path, *, root: Path, level: int) -> OperatorDefinition:
+    validation = folder / "validation"
+    module = read_text(validation / "module.py", root=root)
+    prepare = read_text(validation / "prepare_inputs.py", root=root)
+    require_definitions(module, "Model", where=validation / "module.py", root=root, kind="class")
+    require_definitions(prepare, "get_inputs", where=validation / "prepare_inputs.py", root=root,
+                        kind="function")  # fmt: skip
+    csv_path = validation / "test_cases.csv"
+    cases = parse_test_cases(read_text(csv_path, root=root), where=str(csv_path.relative_to(root)))
+    description = _description(folder, root)
+    category = folder.parent.name if folder.parent != root else ""
+    spec = OperatorSpec(
+        slug=slug_from_name(f"npu_l{level}", folder.name),
+        name=folder.name,
+        family=family_from_names(folder.name, category),
+        level=level,
+        description=description,
+        inputs=[],
+        outputs=[],  # named from what the reference produces (services.with_described_tensors)
+        cases=cases,
+    )
+    return OperatorDefinition(
+        spec=spec,
+        reference_kind="npukernelbench",
+        reference_source={"module": module, "prepare_inputs": prepare},
+        origin="npukernelbench",
+        origin_path=str(folder.relative_to(root)),
+    )
+
+
+def _description(folder: Path, root: Path) -> str:
+    if not (folder / "api_desc.md").exists():
+        return f"NPUKernelBench operator {folder.name} (no api_desc.md)."
+    return (
+        read_text(folder / "api_desc.md", root=root).strip()
+        or f"NPUKernelBench operator {folder.name}."
+    )
+
+
+def require_definitions(source: str, name: str, *, where: Path, root: Path, kind: str) -> None:
+    label = where.relative_to(root)
+    try:
+        tree = ast.parse(source, filename=str(label))
+    except SyntaxError as error:
+        raise ProblemError(f"{label} line {error.lineno}: syntax error: {error.msg}") from None
+    node_type = ast.ClassDef if kind == "class" else ast.FunctionDef
+    if not any(isinstance(n, node_type) and n.name == name for n in tree.body):
+        raise ProblemError(f"{label}: defines no {kind} {name}")
+
+
+def parse_test_cases(text: str, *, where: str) -> list[CaseSpec]:
+    rows = list(csv.reader(io.StringIO(text), delimiter=";"))
+    if not rows or not any(cell.strip() for cell in rows[0]):
+        raise ProblemError(f"{where}: empty (a header line with case_id is needed)")
+    header = [cell.strip() for cell in rows[0]]
+    if "case_id" not in header:
+        raise ProblemError(f"{where} line 1: no case_id column (columns: {', '.join(header)})")
+    body = [
+        (number, row) for number, row in enumerate(rows[1:], start=2) if any(c.strip() for c in row)
+    ]
+    limit = settings.KOPE_IMPORT_MAX_CASES
+    if len(body) > limit:
+        raise ProblemError(
+            f"{where}: {len(body)} cases, over the limit of {limit} (KOPE_IMPORT_MAX_CASES)"
+        )
+    if not body:
+        raise ProblemError(f"{where}: no test cases below the header")
+    cases = [case_from_row(header, row, where=f"{where} line {number}") for number, row in body]
+    ids = [c.case_id for c in cases]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise ProblemError(f"{where}: case_id {duplicate!r} appears more than once")
+    return cases
+
+
+def case_from_row(header: list[str], row: list[str], *, where: str) -> CaseSpec:
+    if len(row) != len(header):
+        raise ProblemError(f"{where}: {len(row)} values for {len(header)} columns")
+    values = {name: literal(cell.strip(), where=f"{where}, column {name}")
+              for name, cell in zip(header, row, strict=True)}  # fmt: skip
+    case_id = str(values.pop("case_id"))
+    if not case_id:
+        raise ProblemError(f"{where}: empty case_id")
+    return CaseSpec(case_id=case_id, params=values, dtype=case_dtype(values, where=where))
+
+
+def literal(cell: str, *, where: str) -> Any:
+    """A Python literal (`[128, 256]`, `1e-5`, `True`), else the cell as text."""
+    try:
+        return ast.literal_eval(cell)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        if cell[:1] in "[({" or cell.count("'") % 2 or cell.count('"') % 2:
+            raise ProblemError(f"{where}: {cell[:60]!r} is not a valid Python literal") from None
+        return cell
+
+
+def case_dtype(values: dict[str, Any], *, where: str) -> str:
+    for column in DTYPE_COLUMNS:
+        if column in values:
+            raw = str(values[column]).strip().removeprefix("torch.")
+            dtype = DTYPE_ALIASES.get(raw, raw)
+            if dtype not in DTYPES:
+                raise ProblemError(f"{where}, column {column}: unknown dtype {values[column]!r}")
+            return dtype
+    return ""  # not stated: the case takes the dtype its reference produces

@@ -1,0 +1,182 @@
+"""Running an import: find the problems in a folder, store each, report on each.
+
+Each problem is stored in its own transaction (services.version_store), so a problem that
+fails leaves nothing behind and the rest of the import goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.utils import timezone
+from django.utils.text import slugify
+
+from apps.accounts.models import Team
+from apps.core.errors import DomainError
+from apps.operators.importers import kernelbench, npukernelbench
+from apps.operators.importers.common import FoundProblem
+from apps.operators.models import ImportRun, Operator
+from apps.operators.services import ImportProblem, operator_import, suite_set
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("kernelbench", "npukernelbench")
+IMPORTED, UNCHANGED, SKIPPED, FAILED = "imported", "unchanged", "skipped", "failed"
+
+
+class ImportRequestError(DomainError):
+    code = "import_invalid"
+    status = 400
+
+
+@dataclass(frozen=True)
+class ReportLine:
+    problem: str  # path relative to the import folder
+    outcome: str  # imported | unchanged | skipped | failed
+    reason: str = ""
+    operator: str = ""
+    version: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"problem": self.problem, "outcome": self.outcome, "reason": self.reason,
+                "operator": self.operator, "version": self.version}  # fmt: skip
+
+
+def detect_format(root: Path) -> str:
+    if next(root.rglob("validation/module.py"), None) is not None:
+        return "npukernelbench"
+    if next(root.rglob("*.py"), None) is not None:
+        return "kernelbench"
+    raise ImportRequestError(
+        f"{root} holds neither NPUKernelBench operators (validation/module.py) nor "
+        "KernelBench problems (*.py)"
+    )
+
+
+def checked_folder(path: str, *, restrict: bool) -> Path:
+    """The folder to import, resolved; under KOPE_IMPORT_ROOTS when `restrict`."""
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise ImportRequestError(f"{path} is not a folder on this server")
+    if restrict and not any(root.is_relative_to(r) for r in settings.KOPE_IMPORT_ROOTS):
+        allowed = ", ".join(str(r) for r in settings.KOPE_IMPORT_ROOTS)
+        raise ImportRequestError(
+            f"{path} is outside the import roots ({allowed}; KOPE_IMPORT_ROOTS)"
+        )
+    return root
+
+
+def import_start(
+    *,
+    path: str,
+    fmt: str | None,
+    scale: float,
+    team: Team | None,
+    user: User | None,
+    restrict: bool = True,
+) -> ImportRun:
+    """Check the request and record the import; import_execute then does the work."""
+    root = checked_folder(path, restrict=restrict)
+    if fmt is not None and fmt not in FORMATS:
+        raise ImportRequestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if not 0 < scale <= 1:
+        raise ImportRequestError(f"scale {scale:g} must be above 0 and at most 1")
+    return ImportRun.objects.create(
+        team=team, created_by=user, path=str(root), format=fmt or detect_format(root), scale=scale
+    )
+
+
+def discover(root: Path, fmt: str, scale: float) -> list[FoundProblem]:
+    found = (
+        kernelbench.discover(root, scale=scale)
+        if fmt == "kernelbench"
+        else npukernelbench.discover(root)
+    )
+    return sorted(found, key=lambda f: f.sort_key)
+
+
+Progress = Callable[[ImportRun, ReportLine], None]
+
+
+def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> ImportRun:
+    try:
+        found = discover(Path(run.path), run.format, run.scale)
+    except OSError as error:
+        return _finish(run, ImportRun.Status.FAILED, error=f"cannot read {run.path}: {error}")
+    run.total, run.done, run.report = len(found), 0, []
+    run.save(update_fields=["total", "done", "report"])
+    stored: list[Operator] = []
+    claimed: dict[str, str] = {}  # slug -> the problem that took it in this import
+    for problem in found:
+        line = import_one(problem, run, claimed)
+        if line.outcome in (IMPORTED, UNCHANGED):
+            stored.append(Operator.objects.get(team=run.team, slug=line.operator))
+        run.done += 1
+        run.report = [*run.report, line.as_json()]
+        run.save(update_fields=["done", "report"])
+        if on_progress:
+            on_progress(run, line)
+    if stored:
+        _suite_for(run, stored)
+    return _finish(run, ImportRun.Status.DONE)
+
+
+def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -> ReportLine:
+    if problem.skip_reason:
+        return ReportLine(problem.label, SKIPPED, problem.skip_reason)
+    if problem.definition is None:
+        return ReportLine(problem.label, FAILED, problem.failure)
+    slug = problem.definition.spec.slug
+    if slug in claimed:
+        return ReportLine(problem.label, FAILED, f"its name gives the slug {slug}, which "
+                          f"{claimed[slug]} already has in this import", operator=slug)  # fmt: skip
+    claimed[slug] = problem.label
+    try:
+        version, created = operator_import(
+            team=run.team, definition=problem.definition, created_by=run.created_by
+        )
+    except ImportProblem as error:
+        return ReportLine(problem.label, FAILED, error.message, operator=slug)
+    except Exception as error:  # a bug here must not end the whole import
+        logger.exception("importing %s failed", problem.label)
+        return ReportLine(problem.label, FAILED, f"internal error: {error}", operator=slug)
+    return ReportLine(
+        problem.label, IMPORTED if created else UNCHANGED, _note(version) if created else "",
+        operator=slug, version=version.number,
+    )  # fmt: skip
+
+
+def _note(version: Any) -> str:
+    unsupported = [c for c in version.cases.all() if c.unsupported_targets]
+    if not unsupported:
+        return ""
+    targets = sorted({t for c in unsupported for t in c.unsupported_targets})
+    return (
+        f"{len(unsupported)} of {version.cases.count()} cases unsupported on {', '.join(targets)}"
+    )
+
+
+def _suite_for(run: ImportRun, operators: list[Operator]) -> None:
+    folder = Path(run.path).name
+    slug = slugify(f"{run.format}-{folder}")[:64]
+    suite_set(team=run.team, slug=slug, name=f"{folder} ({run.format})", operators=operators,
+              description=f"Imported from {run.path}.")  # fmt: skip
+
+
+def _finish(run: ImportRun, status: str, *, error: str = "") -> ImportRun:
+    run.status, run.error, run.finished_at = status, error, timezone.now()
+    run.save(update_fields=["status", "error", "finished_at"])
+    return run
+
+
+def summary(run: ImportRun) -> dict[str, int]:
+    counts = {IMPORTED: 0, UNCHANGED: 0, SKIPPED: 0, FAILED: 0}
+    for line in run.report:
+        counts[line["outcome"]] += 1
+    return counts

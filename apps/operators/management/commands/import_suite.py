@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from apps.accounts.models import Team
+from apps.core.errors import DomainError
+from apps.operators.importing import FORMATS, ReportLine, import_execute, import_start, summary
+from apps.operators.models import ImportRun
+
+
+class Command(BaseCommand):
+    help = "Import a KernelBench or NPUKernelBench checkout (or a folder inside one)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("path", help="the folder to import")
+        parser.add_argument("--format", choices=FORMATS, help="default: detected from the layout")
+        parser.add_argument(
+            "--scale", type=float, default=1.0,
+            help="multiply every KernelBench size constant (9 and up) by this (0 < F <= 1)",
+        )  # fmt: skip
+        parser.add_argument("--team", help="the team that owns the operators (default: shared)")
+
+    def handle(self, *args: Any, path: str, format: str | None, scale: float, team: str | None,
+               **options: Any) -> None:  # fmt: skip
+        owner = self.team(team)
+        try:
+            run = import_start(path=path, fmt=format, scale=scale, team=owner, user=None,
+                               restrict=False)  # fmt: skip
+        except DomainError as error:
+            raise CommandError(error.message) from None
+        self.stdout.write(f"Importing {run.path} as {run.format} (scale {run.scale:g})")
+        with tqdm(unit="op", file=sys.stderr, disable=None) as bar:  # no bar when not a terminal
+
+            def progress(current: ImportRun, line: ReportLine) -> None:
+                bar.total = current.total
+                bar.set_postfix_str(line.problem[-40:])
+                bar.update(1)
+
+            run = import_execute(run, on_progress=progress)
+        self.print_report(run)
+
+    def team(self, slug: str | None) -> Team | None:
+        if slug is None:
+            return None
+        found = Team.objects.filter(slug=slug).first()
+        if found is None:
+            raise CommandError(
+                f"no team {slug!r} (teams: {', '.join(t.slug for t in Team.objects.all())})"
+            )
+        return found
+
+    def print_report(self, run: ImportRun) -> None:
+        if run.error:
+            raise CommandError(run.error)
+        for line in run.report:
+            detail = f" v{line['version']}" if line["version"] else ""
+            reason = f": {line['reason']}" if line["reason"] else ""
+            name = (
+                f"{line['operator']}{detail} ({line['problem']})"
+                if line["operator"]
+                else line["problem"]
+            )
+            self.stdout.write(f"{line['outcome']:9} {name}{reason}")
+        counts = summary(run)
+        self.stdout.write(", ".join(f"{n} {outcome}" for outcome, n in counts.items()))

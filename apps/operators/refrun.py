@@ -1,0 +1,353 @@
+"""The reference runner: a child process that executes operator reference code.
+
+Reference code is code from outside (imported benchmarks), so it runs only here, never in the
+web or worker process: `python -m apps.operators.refrun` reads one JSON request on stdin and
+writes one JSON answer on stdout. It imports nothing of Django.
+
+Request: {"kind": "kope"|"kernelbench"|"npukernelbench", "source": {...}, "cases": [...],
+          "seed": int, "kernel_so": path|null, "attributes": [[float]], "max_abs", "max_rel"}
+Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...}}]}
+A request {"batch": [request, ...]} is answered {"batch": [answer, ...]}.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import json
+import os
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from apps.operators.scaling import scaled_size
+
+KOPE_DTYPES = {torch.float32: 0, torch.float64: 1, torch.int32: 2, torch.int64: 3,
+               torch.uint8: 4, torch.bool: 5}  # fmt: skip
+
+
+class Reference:
+    """One loaded reference: makes inputs for a case and computes the expected outputs."""
+
+    def __init__(
+        self,
+        make_inputs: Callable[..., list[Any]],
+        compute: Callable[..., list[Any]],
+        check: Callable[..., Any] | None = None,
+    ) -> None:
+        self.make_inputs = make_inputs
+        self.compute = compute
+        self.check = check
+
+
+# --- loading the three layouts -------------------------------------------------------------
+
+
+def _stub_module(name: str) -> types.ModuleType:
+    """Stands in for modules that only exist on other hosts (torch_npu, generated kernels)."""
+    module = types.ModuleType(name)
+
+    def missing(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _stub_module(f"{name}.{attr}")
+
+    module.__getattr__ = missing  # type: ignore[method-assign]
+    return module
+
+
+def _tolerant_import(
+    name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
+) -> Any:
+    try:
+        return _real_import(name, globals_, locals_, fromlist, level)
+    except ImportError:
+        stub = _stub_module(name)
+        sys.modules[name] = stub
+        return stub
+
+
+_real_import = builtins.__import__
+
+
+def exec_module(name: str, source: str, *, tolerant: bool = False) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__["__builtins__"] = builtins
+    if tolerant:
+        builtins.__import__ = _tolerant_import  # type: ignore[assignment]
+    try:
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 (sandboxed child)
+    finally:
+        builtins.__import__ = _real_import
+    sys.modules[name] = module
+    return module
+
+
+def load_kope(source: dict[str, str]) -> Reference:
+    module = exec_module("reference", source["reference"])
+    return Reference(module.make_inputs, module.reference, getattr(module, "check", None))
+
+
+def scale_size_constants(module: types.ModuleType, scale: float) -> None:
+    for name, value in list(vars(module).items()):
+        if type(value) is int and not name.startswith("_"):
+            setattr(module, name, scaled_size(value, scale))
+
+
+def load_kernelbench(source: dict[str, Any]) -> Reference:
+    module = exec_module("problem", source["problem"])
+    scale_size_constants(module, float(source.get("scale", 1.0)))
+
+    def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
+        torch.manual_seed(int(generator.initial_seed()))
+        return list(module.get_inputs())
+
+    def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+        torch.manual_seed(0)  # parameters of nn layers are the same on every run
+        model = module.Model(*module.get_init_inputs()).eval()
+        with torch.no_grad():
+            return _as_list(model(*inputs))
+
+    return Reference(make_inputs, compute)
+
+
+def load_npukernelbench(source: dict[str, str]) -> Reference:
+    module = exec_module("module", source["module"], tolerant=True)
+    prepare = exec_module("prepare_inputs", source["prepare_inputs"], tolerant=True)
+
+    def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
+        torch.manual_seed(int(generator.initial_seed()))
+        return list(prepare.get_inputs(params, device=None))
+
+    def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+        torch.manual_seed(0)
+        init = (
+            prepare.get_init_inputs(params, device=None)
+            if hasattr(prepare, "get_init_inputs")
+            else []
+        )
+        model = module.Model(*(init or [])).eval()
+        with torch.no_grad():
+            return _as_list(model(*inputs))
+
+    return Reference(make_inputs, compute, getattr(prepare, "custom_check_precision", None))
+
+
+LOADERS = {
+    "kope": load_kope,
+    "kernelbench": load_kernelbench,
+    "npukernelbench": load_npukernelbench,
+}
+
+
+def _as_list(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+# --- comparing a compiled kernel against the reference --------------------------------------
+
+
+class KopeTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64))]  # fmt: skip
+
+
+def as_kope_tensors(tensors: list[torch.Tensor]) -> tuple[Any, list[Any]]:
+    array = (KopeTensor * len(tensors))()
+    keep = []  # the shape/stride arrays must outlive the call
+    for slot, tensor in zip(array, tensors, strict=True):
+        shape = (ctypes.c_int64 * tensor.dim())(*tensor.shape)
+        strides = (ctypes.c_int64 * tensor.dim())(*tensor.stride())
+        keep += [shape, strides]
+        slot.data, slot.dtype, slot.ndim = (
+            tensor.data_ptr(),
+            KOPE_DTYPES[tensor.dtype],
+            tensor.dim(),
+        )
+        slot.shape, slot.strides = shape, strides
+    return array, keep
+
+
+def run_kernel(
+    kernel: Any, inputs: list[torch.Tensor], expected: list[torch.Tensor], attributes: list[float]
+) -> list[torch.Tensor]:
+    inputs = [t.contiguous() for t in inputs]
+    outputs = [torch.full_like(e, float("nan")) if e.is_floating_point() else torch.zeros_like(e)
+               for e in expected]  # fmt: skip
+    # The shape and stride arrays (second items) must stay alive until the call returns.
+    in_array, _in_arrays = as_kope_tensors(inputs)
+    out_array, _out_arrays = as_kope_tensors(outputs)
+    attrs = (ctypes.c_double * max(1, len(attributes)))(*attributes)
+    status = kernel(in_array, len(inputs), out_array, len(outputs), attrs, len(attributes))
+    if status != 0:
+        raise RuntimeError(f"kope_kernel returned {status}")
+    return outputs
+
+
+def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    diff = (actual.double() - expected.double()).abs()
+    rel = diff / expected.double().abs().clamp_min(1e-12)
+    return float(diff.max()) if diff.numel() else 0.0, float(rel.max()) if rel.numel() else 0.0
+
+
+def within_tolerance(
+    actual: torch.Tensor, expected: torch.Tensor, max_abs: float, max_rel: float
+) -> bool:
+    # An element passes when its error is within max_abs + max_rel * |expected| (allclose).
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    if not actual.is_floating_point():
+        return bool(torch.equal(actual, expected))
+    return bool(torch.allclose(actual, expected, rtol=max_rel, atol=max_abs))
+
+
+# --- the request loop ----------------------------------------------------------------------
+
+SCALARS = (bool, int, float)
+
+
+def describe(value: Any, *, scalar_ok: bool = False) -> dict[str, Any]:
+    """Shape and dtype of a tensor; a scalar input (NPUKernelBench has some): type and value."""
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    if scalar_ok and isinstance(value, SCALARS):
+        return {"scalar": type(value).__name__, "value": value}
+    raise TypeError(f"the reference gave {type(value).__name__}, not a tensor")
+
+
+def tensors(values: list[Any]) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def scalar_attributes(values: list[Any]) -> list[float]:
+    """Scalar inputs reach the kernel as attributes, after the declared ones, in input order."""
+    return [float(v) for v in values if isinstance(v, SCALARS)]
+
+
+def run_case(
+    reference: Reference,
+    case: dict[str, Any],
+    request: dict[str, Any],
+    kernel: Any,
+    attributes: list[float],
+) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(int(request.get("seed", 0)))
+    inputs = reference.make_inputs(case["params"], generator)
+    snapshot = [t.clone() for t in tensors(inputs)]
+    given = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+    expected = _as_list(reference.compute(given, case["params"]))
+    result: dict[str, Any] = {
+        "case_id": case["case_id"],
+        "inputs": [describe(v, scalar_ok=True) for v in inputs],
+        "outputs": [describe(t) for t in expected],
+    }
+    if kernel is not None:
+        all_attributes = attributes + scalar_attributes(inputs)
+        actual = run_kernel(kernel, tensors(inputs), expected, all_attributes)
+        result["check"] = compare(actual, expected, tensors(inputs), snapshot, request, reference,
+                                  case)  # fmt: skip
+    return result
+
+
+def compare(
+    actual: list[Any],
+    expected: list[Any],
+    inputs: list[Any],
+    snapshot: list[Any],
+    request: dict[str, Any],
+    reference: Reference,
+    case: dict[str, Any],
+) -> dict[str, Any]:
+    pairs = list(zip(actual, expected, strict=True))
+    measured = [errors(a, e) for a, e in pairs]
+    if reference.check is not None:
+        passed = bool(reference.check(case["params"], expected, actual))
+    else:
+        passed = all(
+            within_tolerance(a, e, request["max_abs"], request["max_rel"]) for a, e in pairs
+        )
+    inputs_intact = all(torch.equal(a, b) for a, b in zip(inputs, snapshot, strict=True))
+    return {
+        "passed": passed and inputs_intact,
+        "inputs_intact": inputs_intact,
+        "max_abs": max(m[0] for m in measured),
+        "max_rel": max(m[1] for m in measured),
+    }
+
+
+def load_kernel(path: str | None) -> Any:
+    if not path:
+        return None
+    kernel = ctypes.CDLL(path).kope_kernel
+    kernel.restype = ctypes.c_int
+    return kernel
+
+
+def serve(request: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(int(request.get("threads", 1)))
+    reference = LOADERS[request["kind"]](request["source"])
+    kernel = load_kernel(request.get("kernel_so"))
+    answers = []
+    for index, case in enumerate(request["cases"]):
+        attributes = request.get("attributes", [[]] * len(request["cases"]))[index]
+        try:
+            answers.append(run_case(reference, case, request, kernel, attributes))
+        except Exception as error:
+            answers.append({"case_id": case["case_id"], "error": _error_text(error)})
+            if _out_of_memory(error):
+                break  # the next case would only fail the same way, slowly
+    return {"cases": answers}
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, MemoryError) or "DefaultCPUAllocator: can't allocate" in str(error)
+
+
+def _error_text(error: BaseException) -> str:
+    if _out_of_memory(error):
+        return "the reference ran out of memory (KOPE_REFERENCE_MEMORY_MB limits it)"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<")]
+    if not frames:
+        return f"{type(error).__name__}: {error}"
+    source = SOURCE_FILES.get(frames[-1].filename.strip("<>"), frames[-1].filename)
+    return f"{type(error).__name__}: {error} ({source} line {frames[-1].lineno})"
+
+
+# The names exec_module gives each layout's files, and the files they are on disk.
+SOURCE_FILES = {
+    "reference": "reference.py",
+    "problem": "the problem file",
+    "module": "validation/module.py",
+    "prepare_inputs": "validation/prepare_inputs.py",
+}
+
+
+def serve_safely(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return serve(request)
+    except Exception as error:  # a reference may raise anything
+        return {"error": _error_text(error)}
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    # Whatever the reference or a kernel prints (Python or C) goes to stderr: stdout carries
+    # only the answer.
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    if "batch" in request:  # several operators in one process: torch is imported once
+        answer: dict[str, Any] = {"batch": [serve_safely(r) for r in request["batch"]]}
+    else:
+        answer = serve_safely(request)
+    with os.fdopen(answer_fd, "w") as out:
+        json.dump(answer, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Run the reference runner (apps/operators/refrun.py) in a limited child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ReferenceRunError(RuntimeError):
+    """The child failed as a whole: timed out, ran out of memory, or crashed."""
+
+
+def _limits(memory_mb: int, cpu_s: int) -> None:
+    memory = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 * 1024, 64 * 1024 * 1024))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _clean_env(threads: int) -> dict[str, str]:
+    return {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "HOME": "/nonexistent",
+    }
+
+
+def run_reference(request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Send one request to a fresh runner; its answer, or ReferenceRunError with the reason."""
+    return _answer_of(_run_child(request, timeout_s or settings.KOPE_REFERENCE_TIMEOUT_S))
+
+
+def run_reference_batch(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Several requests in one runner (PyTorch starts once); each answer may carry an error."""
+    timeout = settings.KOPE_REFERENCE_TIMEOUT_S * max(1, len(requests))
+    answer = _run_child({"batch": requests}, timeout)
+    return list(answer["batch"])
+
+
+def _answer_of(answer: dict[str, Any]) -> dict[str, Any]:
+    if "error" in answer:
+        raise ReferenceRunError(answer["error"])
+    return answer
+
+
+def _run_child(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    memory_mb = settings.KOPE_REFERENCE_MEMORY_MB
+    with tempfile.TemporaryDirectory(prefix="kope-ref-") as workdir:
+        child = subprocess.Popen(
+            [sys.executable, "-s", "-m", "apps.operators.refrun"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=_clean_env(int(request.get("threads", 1))),
+            preexec_fn=lambda: _limits(memory_mb, int(timeout) + 1),
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = child.communicate(json.dumps(request).encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            raise ReferenceRunError(f"the reference did not finish within {timeout:g} s") from None
+    return _answer(child.returncode, stdout, stderr, memory_mb)
+
+
+def _answer(returncode: int, stdout: bytes, stderr: bytes, memory_mb: int) -> dict[str, Any]:
+    text = stderr.decode(errors="replace")
+    if returncode != 0:
+        if "MemoryError" in text or "std::bad_alloc" in text or "DefaultCPUAllocator" in text:
+            raise ReferenceRunError(f"the reference ran out of memory (limit {memory_mb} MB)")
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            raise ReferenceRunError(f"the reference process was killed by {name}")
+        raise ReferenceRunError(f"the reference process failed: {text.strip()[-500:]}")
+    try:
+        answer: dict[str, Any] = json.loads(stdout)
+    except ValueError:
+        raise ReferenceRunError(f"the reference printed no answer: {text.strip()[-500:]}") from None
+    return answer

@@ -1,0 +1,328 @@
+"""Storing operators: every stored version was run through its reference first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Max
+
+from apps.accounts.models import Team
+from apps.core.errors import Conflict, DomainError
+from apps.operators.builtin_suite import BUILTIN_SUITE_SLUG, builtin_definition, read_builtin_suite
+from apps.operators.definitions import OperatorDefinition
+from apps.operators.models import (
+    Operator,
+    OperatorCase,
+    OperatorVersion,
+    StartingKernel,
+    Suite,
+    SuiteEntry,
+)
+from apps.operators.sandbox import ReferenceRunError, run_reference, run_reference_batch
+from apps.operators.spec import (
+    CASE_DTYPE,
+    PER_CASE,
+    AttributeSpec,
+    OperatorSpec,
+    SpecError,
+    TensorSpec,
+    spec_from_json,
+    validate,
+)
+from apps.operators.targets import unsupported_targets
+
+
+class ImportProblem(DomainError):
+    """An operator that cannot be stored; the message says why (and which case)."""
+
+    code = "import_failed"
+
+
+def reference_outcomes(definition: OperatorDefinition) -> list[dict[str, Any]]:
+    """Run the reference on every case in the sandboxed child; what each case produced."""
+    try:
+        answer = run_reference(definition.runner_request())
+    except ReferenceRunError as error:
+        raise ImportProblem(str(error)) from None
+    return case_outcomes(answer)
+
+
+def case_outcomes(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each case produced, or ImportProblem naming the first case that failed."""
+    if "error" in answer:
+        raise ImportProblem(answer["error"])
+    for case in answer["cases"]:
+        if case.get("error"):
+            raise ImportProblem(f"case {case['case_id']}: {case['error']}")
+    return list(answer["cases"])
+
+
+def with_described_tensors(
+    definition: OperatorDefinition, outcomes: list[dict[str, Any]]
+) -> OperatorDefinition:
+    """Imported operators declare no tensors: name them from what the reference produced.
+
+    A case that states no dtype takes the dtype of the reference's first output.
+    """
+    spec = definition.spec
+    cases = [
+        case if case.dtype else replace(case, dtype=_first_dtype(outcome))
+        for case, outcome in zip(spec.cases, outcomes, strict=True)
+    ]
+    spec = replace(spec, cases=cases)
+    if spec.outputs:
+        check_declared_outputs(spec, outcomes)
+        return replace(definition, spec=spec)
+    inputs, attributes = _described_inputs(outcomes)
+    outputs = [
+        _described(f"y{i}", t, outcomes, "outputs") for i, t in enumerate(outcomes[0]["outputs"])
+    ]
+    described = replace(spec, inputs=inputs, outputs=outputs, attributes=attributes)
+    return replace(definition, spec=described)
+
+
+def _first_dtype(outcome: dict[str, Any]) -> str:
+    tensors = [t for t in outcome["outputs"] + outcome["inputs"] if "dtype" in t]
+    return str(tensors[0]["dtype"]) if tensors else "float32"
+
+
+def _described(
+    name: str, tensor: dict[str, Any], outcomes: list[dict[str, Any]], key: str
+) -> TensorSpec:
+    position = int(name[1:])
+    seen = [o[key][position] for o in outcomes if len(o[key]) > position]
+    shape: list[int | str] = list(tensor["shape"])
+    if any(t["shape"] != tensor["shape"] for t in seen):
+        shape = [PER_CASE] * len(shape)
+    same_dtype = all(t["dtype"] == tensor["dtype"] for t in seen)
+    return TensorSpec(name=name, dtype=tensor["dtype"] if same_dtype else CASE_DTYPE, shape=shape)
+
+
+def _described_inputs(
+    outcomes: list[dict[str, Any]],
+) -> tuple[list[TensorSpec], list[AttributeSpec]]:
+    """Tensor inputs become tensors x0, x1, …; scalar inputs become attributes a0, a1, …"""
+    tensors, attributes = [], []
+    for position, value in enumerate(outcomes[0]["inputs"]):
+        if "scalar" in value:
+            attributes.append(AttributeSpec(f"a{position}", _attribute_type(value), value["value"]))
+        else:
+            tensors.append(_described(f"x{position}", value, outcomes, "inputs"))
+    return tensors, attributes
+
+
+def _attribute_type(value: dict[str, Any]) -> str:
+    return {"bool": "bool", "int": "int"}.get(value["scalar"], "float")
+
+
+def check_declared_outputs(spec: OperatorSpec, outcomes: list[dict[str, Any]]) -> None:
+    for case, outcome in zip(spec.cases, outcomes, strict=True):
+        produced = outcome["outputs"]
+        if len(produced) != len(spec.outputs):
+            raise ImportProblem(
+                f"case {case.case_id}: the reference returned {len(produced)} outputs, "
+                f"the spec declares {len(spec.outputs)}"
+            )
+        for declared, actual in zip(spec.outputs, produced, strict=True):
+            expected = {"shape": declared.resolved_shape(case.params),
+                        "dtype": declared.resolved_dtype(case.dtype)}  # fmt: skip
+            if not declared_matches(expected, actual):
+                raise ImportProblem(
+                    f"case {case.case_id}: output {declared.name} is {actual}, "
+                    f"the spec declares {expected}"
+                )
+
+
+def declared_matches(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
+    shape, produced = expected["shape"], actual["shape"]
+    same_shape = len(shape) == len(produced) and all(
+        d in (PER_CASE, p) for d, p in zip(shape, produced, strict=True)
+    )
+    return same_shape and expected["dtype"] == actual["dtype"]
+
+
+def existing_version(team: Team | None, definition: OperatorDefinition) -> OperatorVersion | None:
+    return OperatorVersion.objects.filter(
+        operator__team=team,
+        operator__slug=definition.spec.slug,
+        content_hash=definition.content_hash(),
+    ).first()
+
+
+def operator_import(
+    *, team: Team | None, definition: OperatorDefinition, created_by: User | None = None
+) -> tuple[OperatorVersion, bool]:
+    """Store a new version unless the same content is already stored (then return that)."""
+    found = existing_version(team, definition)
+    if found is not None:
+        return found, False
+    outcomes = reference_outcomes(definition)  # outside any transaction: it may take a while
+    return version_store(team=team, definition=definition, outcomes=outcomes, created_by=created_by)
+
+
+@transaction.atomic
+def version_store(
+    *,
+    team: Team | None,
+    definition: OperatorDefinition,
+    outcomes: list[dict[str, Any]],
+    created_by: User | None,
+) -> tuple[OperatorVersion, bool]:
+    content_hash = definition.content_hash()
+    definition = with_described_tensors(definition, outcomes)
+    spec = definition.spec
+    operator, _ = Operator.objects.select_for_update().get_or_create(
+        team=team, slug=spec.slug, defaults={"family": spec.family}
+    )
+    if found := operator.versions.filter(content_hash=content_hash).first():
+        return found, False
+    number = (operator.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    version = OperatorVersion.objects.create(
+        operator=operator, number=number, name=spec.name, level=spec.level,
+        description=spec.description, spec=spec.as_json(),
+        reference_kind=definition.reference_kind, reference_source=definition.reference_source,
+        content_hash=content_hash, origin=definition.origin, origin_path=definition.origin_path,
+        scale=definition.scale, created_by=created_by,
+    )  # fmt: skip
+    OperatorCase.objects.bulk_create(_cases(version, spec, outcomes))
+    StartingKernel.objects.bulk_create(
+        StartingKernel(version=version, target=t, source=s)
+        for t, s in definition.starting_kernels.items()
+    )
+    if operator.family != spec.family:
+        operator.family = spec.family
+        operator.save(update_fields=["family"])
+    return version, True
+
+
+def _cases(
+    version: OperatorVersion, spec: OperatorSpec, outcomes: list[dict[str, Any]]
+) -> list[OperatorCase]:
+    return [
+        OperatorCase(
+            version=version, position=position, case_id=case.case_id, params=case.params,
+            dtype=case.dtype, timing=case.timing, inputs=outcome["inputs"],
+            outputs=outcome["outputs"],
+            unsupported_targets=unsupported_targets(_dtypes(case.dtype, outcome)),
+        )
+        for position, (case, outcome) in enumerate(zip(spec.cases, outcomes, strict=True))
+    ]  # fmt: skip
+
+
+def _dtypes(case_dtype: str, outcome: dict[str, Any]) -> set[str]:
+    tensors = outcome.get("inputs", []) + outcome["outputs"]
+    return {case_dtype, *(t["dtype"] for t in tensors if "dtype" in t)}
+
+
+@transaction.atomic
+def suite_set(
+    *, team: Team | None, slug: str, name: str, operators: list[Operator], description: str = ""
+) -> Suite:
+    """Create or replace a suite's ordered list of operators."""
+    suite, _ = Suite.objects.update_or_create(
+        team=team, slug=slug, defaults={"name": name, "description": description}
+    )
+    suite.entries.all().delete()
+    SuiteEntry.objects.bulk_create(
+        SuiteEntry(suite=suite, position=i, operator=op) for i, op in enumerate(operators)
+    )
+    return suite
+
+
+def builtin_suite_load(
+    *, on_operator: Callable[[OperatorVersion, bool], None] | None = None
+) -> Suite:
+    """Store every built-in operator (a new version where its folder changed) and the suite.
+
+    The references of all new or changed operators run in one sandboxed child, so PyTorch
+    starts once rather than once per operator.
+    """
+    definitions = [builtin_definition(folder) for folder in read_builtin_suite()]
+    pending = [d for d in definitions if existing_version(None, d) is None]
+    answers = run_reference_batch([d.runner_request() for d in pending]) if pending else []
+    outcomes = {d.spec.slug: answer for d, answer in zip(pending, answers, strict=True)}
+    operators = []
+    for definition in definitions:
+        version, created = _builtin_store(definition, outcomes.get(definition.spec.slug))
+        operators.append(version.operator)
+        if on_operator:
+            on_operator(version, created)
+    return suite_set(
+        team=None, slug=BUILTIN_SUITE_SLUG, name="Built-in CPU suite", operators=operators,
+        description="The operators shipped with KOPE Workbench, easy first, for the cpu-c target.",
+    )  # fmt: skip
+
+
+def _builtin_store(
+    definition: OperatorDefinition, answer: dict[str, Any] | None
+) -> tuple[OperatorVersion, bool]:
+    if answer is None:
+        found = existing_version(None, definition)
+        assert found is not None
+        return found, False
+    slug = definition.spec.slug
+    try:
+        outcomes = case_outcomes(answer)
+    except ImportProblem as error:
+        raise ImportProblem(f"built-in operator {slug}: {error.message}") from None
+    return version_store(team=None, definition=definition, outcomes=outcomes, created_by=None)
+
+
+def builtin_suite_loaded() -> bool:
+    return Suite.objects.filter(team=None, slug=BUILTIN_SUITE_SLUG).exists()
+
+
+def definition_of(version: OperatorVersion) -> OperatorDefinition:
+    return OperatorDefinition(
+        spec=spec_from_json(version.spec),
+        reference_kind=version.reference_kind,
+        reference_source=version.reference_source,
+        origin=version.origin,
+        origin_path=version.origin_path,
+        scale=version.scale,
+        starting_kernels={k.target: k.source for k in version.starting_kernels.all()},
+    )
+
+
+def version_edit(
+    *,
+    version: OperatorVersion,
+    user: User | None,
+    name: str | None = None,
+    description: str | None = None,
+    max_abs: float | None = None,
+    max_rel: float | None = None,
+    starting_kernels: dict[str, str] | None = None,
+) -> tuple[OperatorVersion, bool]:
+    """A new version with the changes; the cases and their recorded outcomes carry over.
+
+    Returns the version unchanged (and False) when the edit changes nothing.
+    """
+    latest = version.operator.versions.order_by("-number").first()
+    if latest is not None and latest.pk != version.pk:
+        raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
+    definition = definition_of(version)
+    spec = replace(
+        definition.spec,
+        name=definition.spec.name if name is None else name.strip(),
+        description=definition.spec.description if description is None else description.strip(),
+        max_abs=definition.spec.max_abs if max_abs is None else max_abs,
+        max_rel=definition.spec.max_rel if max_rel is None else max_rel,
+    )
+    try:
+        validate(spec, where=str(version))
+    except SpecError as error:
+        raise DomainError(str(error)) from None
+    kernels = definition.starting_kernels if starting_kernels is None else starting_kernels
+    edited = replace(
+        definition, spec=spec, origin=OperatorVersion.Origin.EDITED, starting_kernels=kernels
+    )
+    if edited.content_hash() == version.content_hash:
+        return version, False
+    outcomes = [{"inputs": c.inputs, "outputs": c.outputs} for c in version.cases.all()]
+    return version_store(team=version.operator.team, definition=edited, outcomes=outcomes,
+                         created_by=user)  # fmt: skip

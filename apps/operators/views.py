@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership
+from apps.accounts.roles import Permission
+from apps.core.errors import DomainError
+from apps.operators import selectors
+from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
+from apps.operators.importing import import_start, summary
+from apps.operators.models import OperatorVersion
+from apps.operators.services import version_edit
+from apps.operators.tasks import import_folder
+
+
+@team_view()
+def operator_list(request: HttpRequest, membership: Membership) -> HttpResponse:
+    form = OperatorFilterForm(request.GET or None)
+    family, level = (
+        (form.cleaned_data["family"], form.cleaned_data["level"])
+        if form.is_valid()
+        else (None, None)
+    )
+    operators = selectors.operators_visible_to(membership.team)
+    context = {
+        "section": "operators",
+        "form": form,
+        "versions": selectors.latest_versions(operators, family=family or None, level=level),
+        "total": operators.count(),
+    }
+    return render(request, "operators/operator_list.html", context)
+
+
+@team_view()
+def operator_detail(request: HttpRequest, membership: Membership, slug: str) -> HttpResponse:
+    operator = selectors.operator_get(membership.team, slug)
+    number = request.GET.get("v")
+    version = selectors.version_get(operator, int(number) if number and number.isdigit() else None)
+    context = operator_context(version, membership)
+    return render(request, "operators/operator_detail.html", context)
+
+
+def operator_context(
+    version: OperatorVersion, membership: Membership, form: VersionEditForm | None = None
+) -> dict[str, object]:
+    operator = version.operator
+    editable = operator.team_id == membership.team.pk and membership.allows(Permission.RUN)
+    initial = {"name": version.name, "description": version.description,
+               "max_abs": version.spec["max_abs"], "max_rel": version.spec["max_rel"]}  # fmt: skip
+    return {
+        "section": "operators",
+        "operator": operator,
+        "version": version,
+        "spec": version.spec,
+        "cases": version.cases.all(),
+        "kernels": version.starting_kernels.all(),
+        "versions": operator.versions.order_by("-number"),
+        "newest": operator.versions.order_by("-number").first(),
+        "editable": editable,
+        "edit_form": form or (VersionEditForm(initial=initial) if editable else None),
+    }
+
+
+@require_POST
+@team_view(Permission.RUN)
+def operator_edit(request: HttpRequest, membership: Membership, slug: str) -> HttpResponse:
+    operator = selectors.operator_get(membership.team, slug)
+    if operator.team_id != membership.team.pk:
+        raise DomainError(f"{slug} is shared by every team; it cannot be edited from one team.")
+    version = selectors.version_get(operator)
+    form = VersionEditForm(request.POST)
+    if not form.is_valid():
+        context = operator_context(version, membership, form)
+        return render(request, "operators/operator_detail.html", context, status=400)
+    edited, created = version_edit(version=version, user=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+    if created:
+        messages.success(request, f"Saved as version {edited.number}.")
+    else:
+        messages.info(request, "Nothing changed; no new version.")
+    url = reverse("operator", kwargs={"team": membership.team.slug, "slug": slug})
+    return redirect(f"{url}?v={edited.number}")
+
+
+@team_view()
+def suite_list(request: HttpRequest, membership: Membership) -> HttpResponse:
+    context = {"section": "operators", "suites": selectors.suites_visible_to(membership.team)}
+    return render(request, "operators/suite_list.html", context)
+
+
+@team_view()
+def suite_detail(request: HttpRequest, membership: Membership, slug: str) -> HttpResponse:
+    suite = selectors.suite_get(membership.team, slug)
+    operators = [entry.operator for entry in suite.entries.select_related("operator")]
+    versions = {
+        v.operator_id: v
+        for v in selectors.latest_versions(selectors.operators_visible_to(membership.team))
+    }
+    rows = [(position, versions.get(op.pk), op) for position, op in enumerate(operators, start=1)]
+    return render(
+        request,
+        "operators/suite_detail.html",
+        {"section": "operators", "suite": suite, "rows": rows},
+    )
+
+
+@team_view()
+def import_list(request: HttpRequest, membership: Membership) -> HttpResponse:
+    form = ImportForm() if membership.allows(Permission.RUN) else None
+    return render(request, "operators/import_list.html", import_list_context(membership, form))
+
+
+def import_list_context(membership: Membership, form: ImportForm | None) -> dict[str, object]:
+    return {
+        "section": "operators",
+        "form": form,
+        "imports": selectors.imports_for(membership.team)[:50],
+    }
+
+
+@require_POST
+@team_view(Permission.RUN)
+def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
+    form = ImportForm(request.POST)
+    if form.is_valid():
+        try:
+            run = import_start(
+                path=form.cleaned_data["path"], fmt=form.cleaned_data["format"] or None,
+                scale=form.cleaned_data["scale"], team=membership.team, user=request.user,  # type: ignore[arg-type]
+            )  # fmt: skip
+        except DomainError as error:
+            form.add_error("path", error.message)
+        else:
+            transaction.on_commit(lambda: import_folder.delay(run.pk))
+            return redirect("import-detail", team=membership.team.slug, import_id=run.pk)
+    return render(
+        request, "operators/import_list.html", import_list_context(membership, form), status=400
+    )
+
+
+@team_view()
+def import_detail(request: HttpRequest, membership: Membership, import_id: int) -> HttpResponse:
+    run = selectors.import_get(membership.team, import_id)
+    context = {"section": "operators", "run": run, "counts": summary(run)}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "operators/import_detail.html#progress", context)
+    return render(request, "operators/import_detail.html", context)

@@ -1,0 +1,78 @@
+"""The built-in CPU suite: it loads into a fresh database, and every naive kernel is correct.
+
+The kernels are compiled with gcc and compared with the PyTorch reference on every case, in
+the sandboxed reference child (apps/devices/cpu_c/check.py). The full hack-resistant
+evaluator builds on the same pieces.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from apps.devices.cpu_c.check import KernelToCheck, check_many
+from apps.operators.builtin_suite import BUILTIN_SUITE_SLUG, read_builtin_suite
+from apps.operators.models import Operator, OperatorVersion, Suite
+
+
+def test_the_builtin_suite_loads_into_a_fresh_database(
+    db: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folders = read_builtin_suite()
+    assert not Operator.objects.exists()
+
+    call_command("load_builtin_suite")
+    first = capsys.readouterr().out
+    call_command("load_builtin_suite")
+    second = capsys.readouterr().out
+
+    assert first.count("stored ") == len(folders) and "unchanged" not in first
+    assert second.count("unchanged ") == len(folders) and "stored" not in second
+    suite = Suite.objects.get(team=None, slug=BUILTIN_SUITE_SLUG)
+    assert [e.operator.slug for e in suite.entries.all()] == [f.spec.slug for f in folders]
+    for folder in folders:
+        version = OperatorVersion.objects.get(operator__slug=folder.spec.slug, operator__team=None)
+        assert version.number == 1 and version.origin == "builtin"
+        assert version.cases.count() == len(folder.spec.cases)
+        assert all(c.outputs and not c.unsupported_targets for c in version.cases.all())
+        assert version.starting_kernels.get(target="cpu-c").source == folder.naive_source
+
+
+def test_every_naive_kernel_passes_the_reference_check_on_every_case() -> None:
+    folders = read_builtin_suite()
+    kernels = [KernelToCheck(f.spec, f.reference_source, f.naive_source) for f in folders]
+
+    results = check_many(kernels, seed=3)  # manage.py check_kernels --seed N tries others
+
+    failures = [
+        f"{folder.spec.slug}/{check.case_id}: {check.detail}"
+        for folder, checks in zip(folders, results, strict=True)
+        for check in checks
+        if not check.passed
+    ]
+    assert not failures, "\n".join(failures)
+    assert [len(checks) for checks in results] == [len(f.spec.cases) for f in folders]
+
+
+def kernel_of(slug: str, broken_from: str, broken_to: str) -> KernelToCheck:
+    folder = next(f for f in read_builtin_suite() if f.spec.slug == slug)
+    assert broken_from in folder.naive_source
+    source = folder.naive_source.replace(broken_from, broken_to)
+    return KernelToCheck(folder.spec, folder.reference_source, source)
+
+
+def test_the_check_catches_wrong_kernels() -> None:
+    """Ties resolved to the last index, a float32 scan, and a kernel that writes its input."""
+    last_on_ties = kernel_of("argmax_rows", "xr[c] > xr[best]", "xr[c] >= xr[best]")
+    exclusive_scan = kernel_of("cumsum", "sum += xr[c];\n            yr[c] = (float)sum;",
+                               "yr[c] = (float)sum;\n            sum += xr[c];")  # fmt: skip
+    writes_input = kernel_of(
+        "vector_add", "out[i] = a[i] + b[i];", "out[i] = a[i] + b[i]; ((float *)a)[i] = 0;"
+    )
+
+    argmax, scan, vector_add = check_many([last_on_ties, exclusive_scan, writes_input])
+
+    assert any(not c.passed for c in argmax) and any(c.passed for c in argmax)
+    assert not any(c.passed for c in scan if c.case_id != "single")
+    assert not any(c.passed for c in vector_add)
+    assert all("the kernel wrote its inputs" in c.detail for c in vector_add)
