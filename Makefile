@@ -25,12 +25,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian's Chromium for the Playwright tests (never `playwright install`: it downloads).
+# Debian's Chromium for the Playwright tests (never `playwright install`: it downloads), and
+# valgrind for the evaluator's profiles.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null; \
-	  else echo "chromium missing and not root: browser tests will be skipped"; fi; }
+	    (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null; \
+	  else echo "missing and not root:$$missing (their tests will be skipped)"; fi; fi
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -20,3 +20,16 @@ def report_alive(self: Task[Any, Any], team_id: int, check_id: str) -> None:
         answered_at=timezone.now().isoformat(),
     )
     publish(team_group(team_id), EventKind.WORKER_ALIVE, payload)
+
+
+@shared_task(
+    name="devices.evaluate", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def evaluate(evaluation_id: int) -> None:
+    """Evaluate one candidate. A worker killed mid-way leaves the message unacknowledged, so
+    another worker takes it; the attempt counter in the database stops it looping forever."""
+    from django.conf import settings
+
+    from apps.devices.services import evaluation_execute
+
+    evaluation_execute(evaluation_id, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import hashlib
 import json
 import os
 import sys
 import traceback
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy
 import torch
 
 from apps.operators.scaling import scaled_size
@@ -291,6 +294,11 @@ def load_kernel(path: str | None) -> Any:
 def serve(request: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(int(request.get("threads", 1)))
     reference = LOADERS[request["kind"]](request["source"])
+    mode = request.get("mode", "outcomes")
+    if mode == "generate":
+        return {"runs": [generate_safely(reference, run, request) for run in request["runs"]]}
+    if mode == "check":
+        return {"checks": [custom_check(reference, item) for item in request["checks"]]}
     kernel = load_kernel(request.get("kernel_so"))
     answers = []
     for index, case in enumerate(request["cases"]):
@@ -325,6 +333,73 @@ SOURCE_FILES = {
     "module": "validation/module.py",
     "prepare_inputs": "validation/prepare_inputs.py",
 }
+
+
+# --- generating evaluation data: inputs for the candidate, expected outputs for the judge ----
+
+
+def generate_safely(
+    reference: Reference, run: dict[str, Any], request: dict[str, Any]
+) -> dict[str, Any]:
+    try:
+        return generate(reference, run, request)
+    except Exception as error:  # a reference may raise anything
+        return {"run_id": run["run_id"], "error": _error_text(error)}
+
+
+def generate(reference: Reference, run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """Make one run's inputs from its seed, compute the expected outputs, write both as raw files.
+
+    Inputs go to `input_dir` (the candidate gets them), expected outputs to `expected_dir`
+    (only the judge reads them). The seed never leaves the trusted side.
+    """
+    generator = torch.Generator().manual_seed(int(run["seed"]))
+    inputs = reference.make_inputs(run["params"], generator)
+    given = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+    expected = _as_list(reference.compute(given, run["params"]))
+    stem = run["run_id"]
+    written_inputs = [write_tensor(t, Path(request["input_dir"]) / f"{stem}.in{i}")
+                      for i, t in enumerate(tensors(inputs))]  # fmt: skip
+    written_outputs = [write_tensor(t, Path(request["expected_dir"]) / f"{stem}.out{i}")
+                       for i, t in enumerate(expected)]  # fmt: skip
+    # Index inputs may legitimately repeat one value; data inputs must not be constant.
+    constant = [f"input {i}" for i, t in enumerate(tensors(inputs))
+                if t.is_floating_point() and is_constant(t)]  # fmt: skip
+    return {"run_id": stem, "inputs": written_inputs, "outputs": written_outputs,
+            "scalars": scalar_attributes(inputs), "constant_inputs": constant}  # fmt: skip
+
+
+def write_tensor(tensor: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"the reference gave {type(tensor).__name__}, not a tensor")
+    data = tensor.detach().contiguous().numpy()
+    data.tofile(path)
+    return {"file": path.name, "dtype": str(data.dtype), "shape": list(data.shape),
+            "sha256": hashlib.sha256(data.tobytes()).hexdigest()}  # fmt: skip
+
+
+def is_constant(tensor: torch.Tensor) -> bool:
+    flat = tensor.reshape(-1)
+    return flat.numel() > 1 and bool((flat == flat[0]).all())
+
+
+def custom_check(reference: Reference, item: dict[str, Any]) -> dict[str, Any]:
+    """The operator's own correctness rule (NPUKernelBench's custom_check_precision)."""
+    try:
+        expected = [read_tensor(Path(item["dir"]) / f["file"], f) for f in item["expected"]]
+        actual = [read_tensor(Path(item["dir"]) / f["file"], f) for f in item["actual"]]
+        assert reference.check is not None
+        return {
+            "run_id": item["run_id"],
+            "passed": bool(reference.check(item["params"], expected, actual)),
+        }
+    except Exception as error:  # a checker may raise anything
+        return {"run_id": item["run_id"], "passed": False, "error": _error_text(error)}
+
+
+def read_tensor(path: Path, meta: dict[str, Any]) -> torch.Tensor:
+    array = numpy.fromfile(path, dtype=meta["dtype"]).reshape(meta["shape"])
+    return torch.from_numpy(array)
 
 
 def serve_safely(request: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,9 @@ def _limits(memory_mb: int, cpu_s: int) -> None:
     memory = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024 * 1024, 64 * 1024 * 1024))
+    resource.setrlimit(
+        resource.RLIMIT_FSIZE, (memory, memory)
+    )  # no file beyond what fits in memory
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 

@@ -219,3 +219,13 @@ KOPE_IMPORT_ROOTS = [
 ]
 KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, minimum=1024)
 KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
+
+# --- Device execution: evaluating candidate kernels (apps/devices/evaluator.py) -------------
+KOPE_EVAL_THREADS = env_int("KOPE_EVAL_THREADS", 1, minimum=1, maximum=1024)
+KOPE_EVAL_SEEDS = env_int("KOPE_EVAL_SEEDS", 3, minimum=1, maximum=20)
+KOPE_EVAL_WARMUP = env_int("KOPE_EVAL_WARMUP", 5, minimum=0, maximum=1000)
+KOPE_EVAL_REPEATS = env_int("KOPE_EVAL_REPEATS", 100, minimum=1, maximum=100_000)
+KOPE_EVAL_TIMEOUT_S = env_int("KOPE_EVAL_TIMEOUT_S", 120, minimum=1)
+KOPE_EVAL_MEMORY_MB = env_int("KOPE_EVAL_MEMORY_MB", 8192, minimum=512)
+KOPE_EVAL_MAX_ATTEMPTS = env_int("KOPE_EVAL_MAX_ATTEMPTS", 2, minimum=1, maximum=10)
+KOPE_EVAL_WORK_DIR = env_str("KOPE_EVAL_WORK_DIR", "")

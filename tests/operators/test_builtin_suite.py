@@ -1,8 +1,7 @@
-"""The built-in CPU suite: it loads into a fresh database, and every naive kernel is correct.
+"""The built-in CPU suite loads into a fresh database; the quick kernel check can fail.
 
-The kernels are compiled with gcc and compared with the PyTorch reference on every case, in
-the sandboxed reference child (apps/devices/cpu_c/check.py). The full hack-resistant
-evaluator builds on the same pieces.
+That every naive kernel passes every case under the full evaluator is shown in
+tests/devices/test_evaluator.py; `manage.py check_kernels` is the quick check used here.
 """
 
 from __future__ import annotations
@@ -36,22 +35,6 @@ def test_the_builtin_suite_loads_into_a_fresh_database(
         assert version.cases.count() == len(folder.spec.cases)
         assert all(c.outputs and not c.unsupported_targets for c in version.cases.all())
         assert version.starting_kernels.get(target="cpu-c").source == folder.naive_source
-
-
-def test_every_naive_kernel_passes_the_reference_check_on_every_case() -> None:
-    folders = read_builtin_suite()
-    kernels = [KernelToCheck(f.spec, f.reference_source, f.naive_source) for f in folders]
-
-    results = check_many(kernels, seed=3)  # manage.py check_kernels --seed N tries others
-
-    failures = [
-        f"{folder.spec.slug}/{check.case_id}: {check.detail}"
-        for folder, checks in zip(folders, results, strict=True)
-        for check in checks
-        if not check.passed
-    ]
-    assert not failures, "\n".join(failures)
-    assert [len(checks) for checks in results] == [len(f.spec.cases) for f in folders]
 
 
 def kernel_of(slug: str, broken_from: str, broken_to: str) -> KernelToCheck:

@@ -41,4 +41,15 @@ int kope_kernel(const kope_tensor *inputs, int32_t n_inputs,
                 kope_tensor *outputs, int32_t n_outputs,
                 const double *attrs, int32_t n_attrs);
 
+/*
+ * Debug runs only: KOPE_DUMP("name", ptr, count, KOPE_FLOAT32) records `count` elements of a
+ * buffer under a name. Elsewhere it compiles to nothing.
+ */
+#ifdef KOPE_DEBUG_DUMPS
+void kope_dump(const char *name, const void *data, int64_t count, int32_t dtype);
+#define KOPE_DUMP(name, data, count, dtype) kope_dump((name), (data), (count), (dtype))
+#else
+#define KOPE_DUMP(name, data, count, dtype) ((void)0)
+#endif
+
 #endif /* KOPE_KERNEL_H */

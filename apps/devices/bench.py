@@ -1,0 +1,212 @@
+"""Benchmarks of the evaluation machinery itself, run by `manage.py bench NAME`.
+
+`evaluator` measures, on the naive kernels of built-in operators of different families:
+
+* overhead_fraction: what a full evaluation costs beyond the candidate's own timed work,
+  (wall time - sum of the candidate's timed samples) / that sum;
+* compile_cache_speedup: a cold compile against a lookup of the same source in the cache;
+* spread_median, spread_p90: how far the speedups of repeated evaluations of one candidate
+  stray from their median, |speedup_i / median - 1|.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from django.test.utils import override_settings
+
+from apps.devices.cpu_c.build import compile_kernel, compiler_version
+from apps.devices.evaluator import (
+    TARGET,
+    EvalSettings,
+    EvaluationError,
+    OperatorUnderTest,
+    evaluate_candidate,
+)
+from apps.devices.services import operator_under_test
+from apps.operators.selectors import operator_get, version_get
+from apps.operators.services import builtin_suite_load
+
+CANDIDATE_SLUGS = ("vector_add", "softmax_rows", "gemm")  # elementwise, normalization, matmul
+QUICK_SLUGS = ("gemm",)  # the cheapest to evaluate: its cases are small in bytes
+SPREAD_SLUG = "gemm"
+# Fewer timed repeats than an evaluation's default, to keep a run to a couple of minutes.
+BENCH_SETTINGS = EvalSettings(seeds=1, warmup=2, repeats=20, threads=1, timing=True)
+QUICK_SETTINGS = EvalSettings(seeds=1, warmup=1, repeats=3, threads=1, timing=True)
+CACHED_LOOKUPS = 20
+
+
+class BenchmarkError(RuntimeError):
+    """The benchmark could not measure what it set out to; the message says why."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    repeats: int = 10
+    quick: bool = False
+    progress: Callable[[str], None] = field(default=lambda line: None)
+
+    @property
+    def evaluation(self) -> EvalSettings:
+        return QUICK_SETTINGS if self.quick else BENCH_SETTINGS
+
+
+@dataclass(frozen=True)
+class Candidate:
+    slug: str
+    operator: OperatorUnderTest
+    source: str
+
+
+@dataclass(frozen=True)
+class CandidateCosts:
+    slug: str
+    wall_s: float
+    candidate_work_s: float
+    overhead_fraction: float
+    cold_compile_s: float
+    cached_lookup_s: float
+    compile_cache_speedup: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    run: Callable[[BenchOptions], dict[str, Any]]
+    render: Callable[[dict[str, Any]], str]
+
+
+# --- the evaluator benchmark ------------------------------------------------------------------
+
+
+def evaluator_benchmark(options: BenchOptions) -> dict[str, Any]:
+    candidates = builtin_candidates(QUICK_SLUGS if options.quick else CANDIDATE_SLUGS)
+    compiler_version()  # gcc --version runs once per process: not part of any compile below
+    costs = []
+    for candidate in candidates:
+        options.progress(f"measuring {candidate.slug}")
+        costs.append(candidate_costs(candidate, options.evaluation))
+    spread_candidate = next((c for c in candidates if c.slug == SPREAD_SLUG), candidates[0])
+    options.progress(f"timing {spread_candidate.slug} {options.repeats} times")
+    speedups = repeated_speedups(spread_candidate, options.repeats, options.evaluation)
+    deviations = spread(speedups)
+    return {
+        "overhead_fraction": statistics.median(c.overhead_fraction for c in costs),
+        "compile_cache_speedup": statistics.median(c.compile_cache_speedup for c in costs),
+        "spread_median": statistics.median(deviations),
+        "spread_p90": float(np.percentile(deviations, 90)),
+        "settings": options.evaluation.as_json(),
+        "candidates": [asdict(c) for c in costs],
+        "spread": {"slug": spread_candidate.slug, "speedups": speedups},
+    }
+
+
+def builtin_candidates(slugs: tuple[str, ...]) -> list[Candidate]:
+    """The naive kernels of these built-in operators, stored first if the database is new."""
+    builtin_suite_load()
+    candidates = []
+    for slug in slugs:
+        version = version_get(operator_get(None, slug))
+        source = version.starting_kernels.get(target=TARGET).source
+        candidates.append(Candidate(slug, operator_under_test(version), source))
+    return candidates
+
+
+def candidate_costs(candidate: Candidate, evaluation: EvalSettings) -> CandidateCosts:
+    cold_s, cached_s = compile_times(candidate.source)
+    compile_kernel(candidate.source)  # the evaluation below finds its build in the real cache
+    started = time.perf_counter()
+    verdict = evaluate(candidate, evaluation)
+    wall_s = time.perf_counter() - started
+    work_s = sum(verdict["timed"]["candidate_samples_ms"]) / 1000
+    return CandidateCosts(
+        slug=candidate.slug, wall_s=wall_s, candidate_work_s=work_s,
+        overhead_fraction=(wall_s - work_s) / work_s, cold_compile_s=cold_s,
+        cached_lookup_s=cached_s, compile_cache_speedup=cold_s / cached_s,
+        speedup=verdict["timed"]["speedup"],
+    )  # fmt: skip
+
+
+def compile_times(source: str) -> tuple[float, float]:
+    """(a cold compile, the median cached lookup of the same source), in seconds."""
+    with (
+        tempfile.TemporaryDirectory(prefix="kope-bench-cache-") as cache_dir,
+        override_settings(KOPE_BUILD_CACHE_DIR=cache_dir),
+    ):
+        cold_s = seconds(lambda: compile_kernel(source))
+        lookups = [seconds(lambda: compile_kernel(source)) for _ in range(CACHED_LOOKUPS)]
+    return cold_s, statistics.median(lookups)
+
+
+def seconds(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def evaluate(candidate: Candidate, evaluation: EvalSettings) -> dict[str, Any]:
+    try:
+        verdict = evaluate_candidate(candidate.operator, candidate.source, evaluation)
+    except EvaluationError as error:
+        raise BenchmarkError(f"{candidate.slug}: the evaluation failed: {error}") from None
+    timed = verdict.get("timed") or {}
+    if verdict["status"] != "correct" or not timed.get("ok"):
+        reason = verdict["reason"] or timed.get("reason") or "no timing"
+        raise BenchmarkError(f"{candidate.slug}: {verdict['status']}: {reason}")
+    return verdict
+
+
+def repeated_speedups(candidate: Candidate, repeats: int, evaluation: EvalSettings) -> list[float]:
+    return [float(evaluate(candidate, evaluation)["timed"]["speedup"]) for _ in range(repeats)]
+
+
+def spread(speedups: list[float]) -> list[float]:
+    middle = statistics.median(speedups)
+    return [abs(s / middle - 1) for s in speedups]
+
+
+# --- the plain report -------------------------------------------------------------------------
+
+
+def evaluator_table(report: dict[str, Any]) -> str:
+    settings = report["settings"]
+    header = (
+        f"{'candidate':<14}{'wall s':>9}{'work s':>9}{'overhead':>10}"
+        f"{'cold ms':>10}{'cached ms':>11}{'cache x':>10}{'speedup':>9}"
+    )
+    rows = [
+        f"{c['slug']:<14}{c['wall_s']:>9.2f}{c['candidate_work_s']:>9.3f}"
+        f"{c['overhead_fraction']:>10.2f}{c['cold_compile_s'] * 1e3:>10.1f}"
+        f"{c['cached_lookup_s'] * 1e3:>11.3f}{c['compile_cache_speedup']:>10.0f}"
+        f"{c['speedup']:>9.3f}"
+        for c in report["candidates"]
+    ]
+    spread_of = report["spread"]
+    return "\n".join([
+        f"Evaluator benchmark: naive kernels, seeds={settings['seeds']} "
+        f"warmup={settings['warmup']} repeats={settings['repeats']} "
+        f"threads={settings['threads']} (fewer timed repeats than an evaluation's default, "
+        "to keep the run short)",
+        "",
+        header,
+        *rows,
+        "",
+        f"overhead_fraction      {report['overhead_fraction']:.2f}  (median; wall time of a "
+        "full evaluation beyond the candidate's timed samples, per unit of them)",
+        f"compile_cache_speedup  {report['compile_cache_speedup']:.0f}x  (median; cold compile "
+        "/ cached lookup)",
+        f"spread_median          {report['spread_median']:.3f}  (|speedup / median - 1| over "
+        f"{len(spread_of['speedups'])} evaluations of {spread_of['slug']})",
+        f"spread_p90             {report['spread_p90']:.3f}",
+    ])  # fmt: skip
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "evaluator": Benchmark(run=evaluator_benchmark, render=evaluator_table),
+}

@@ -1,0 +1,208 @@
+"""The candidate process: calls an untrusted cpu-c kernel on prepared inputs, nothing else.
+
+`python -m apps.devices.cpu_c.harness MANIFEST` runs confined (apps/devices/jail.py: its own
+session, a fresh network namespace, an unprivileged uid, resource limits, a cleared
+environment, an empty work dir) and installs a seccomp filter before the kernel is loaded.
+It never sees expected outputs or seeds: it writes what the kernel produced into files the
+judge (apps/devices/evaluator.py) reads after this process has exited.
+
+Progress goes to stdout as `start RUN` / `done RUN STATUS` lines so a crash is pinned to a
+run; the last line is `result {json}`. Imports no Django.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from apps.devices.jail import install_seccomp
+
+DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint8": 4, "bool": 5}
+
+
+class KopeTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64))]  # fmt: skip
+
+
+class Call:
+    """One prepared kernel call: the argument structs stay alive as long as this object."""
+
+    def __init__(self, kernel: Any, inputs: list[np.ndarray], outputs: list[np.ndarray],
+                 attrs: list[float]) -> None:  # fmt: skip
+        self.kernel = kernel
+        self.keep: list[Any] = []
+        self.inputs = self._tensors(inputs)
+        self.outputs = self._tensors(outputs)
+        self.n_inputs, self.n_outputs = len(inputs), len(outputs)
+        self.attrs = (ctypes.c_double * max(1, len(attrs)))(*attrs)
+        self.n_attrs = len(attrs)
+
+    def _tensors(self, arrays: list[np.ndarray]) -> Any:
+        structs = (KopeTensor * max(1, len(arrays)))()
+        for slot, array in zip(structs, arrays, strict=False):
+            shape = (ctypes.c_int64 * max(1, array.ndim))(*array.shape)
+            strides = (ctypes.c_int64 * max(1, array.ndim))(
+                *(s // array.itemsize for s in array.strides)
+            )
+            self.keep += [shape, strides, array]
+            slot.data = array.ctypes.data
+            slot.dtype, slot.ndim = DTYPE_CODES[str(array.dtype)], array.ndim
+            slot.shape, slot.strides = shape, strides
+        return structs
+
+    def __call__(self) -> int:
+        return int(self.kernel(self.inputs, self.n_inputs, self.outputs, self.n_outputs,
+                               self.attrs, self.n_attrs))  # fmt: skip
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def blank(array: np.ndarray) -> None:
+    """Outputs start as NaN (or zero for integers): a kernel that writes nothing is caught."""
+    array[...] = np.nan if array.dtype.kind == "f" else 0
+
+
+def mapped(meta: dict[str, Any], mode: str) -> np.ndarray:
+    shape = tuple(meta["shape"])
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return np.zeros(shape, dtype=meta["dtype"])
+    return np.memmap(meta["file"], dtype=np.dtype(meta["dtype"]), mode=mode, shape=shape)  # type: ignore[call-overload, no-any-return]
+
+
+def load_kernel(path: str) -> Any:
+    kernel = ctypes.CDLL(os.path.abspath(path)).kope_kernel
+    kernel.restype = ctypes.c_int
+    return kernel
+
+
+# --- correctness: every run, outputs written through shared file mappings ------------------
+
+
+def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
+    prepared = []
+    for run in manifest["runs"]:
+        inputs = [mapped(m, "r+") for m in run["inputs"]]  # the judge compares these files after
+        outputs = [mapped(m, "w+") for m in run["outputs"]]
+        prepared.append((run, inputs, outputs))
+    install_seccomp()  # before any candidate code is loaded: its constructors run confined too
+    kernel = load_kernel(manifest["kernel_so"])
+    statuses = {}
+    for run, inputs, outputs in prepared:
+        for array in outputs:
+            blank(array)
+        say(f"start {run['run_id']}")
+        status = Call(kernel, inputs, outputs, run["attrs"])()
+        for array in inputs + outputs:
+            if isinstance(array, np.memmap):
+                array.flush()
+        statuses[run["run_id"]] = status
+        say(f"done {run['run_id']} {status}")
+    return {"statuses": statuses}
+
+
+# --- timing: candidate and reference alternated on the same inputs --------------------------
+
+
+def timing(manifest: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from apps.operators.refrun import LOADERS
+
+    torch.set_num_threads(int(manifest["threads"]))
+    plan = manifest["timing"]
+    reference = LOADERS[plan["reference"]["kind"]](plan["reference"]["source"])
+    run = plan["run"]
+    inputs = [np.array(mapped(m, "r")) for m in run["inputs"]]
+    outputs = [np.empty(m["shape"], dtype=m["dtype"]) for m in run["outputs"]]
+    given = [torch.from_numpy(a) for a in inputs] + list(run["scalars"])
+    expected = [t.numpy() for t in _as_list(reference.compute(given, run["params"]))]
+    scaling = _scaling_call_inputs(plan)
+    install_seccomp()
+    kernel = load_kernel(manifest["kernel_so"])
+    call = Call(kernel, inputs, outputs, run["attrs"])
+    samples = alternate(lambda: reference.compute(given, run["params"]), call, plan)
+    for array in outputs:  # the last call starts from NaN: a kernel that caches is caught
+        blank(array)
+    status = call()
+    tolerance = plan["tolerance"]
+    result = {**samples, "status": status, "last_call_ok": _matches(outputs, expected, tolerance)}
+    if scaling is not None:
+        small_call = Call(kernel, scaling[0], scaling[1], plan["scaling"]["attrs"])
+        result["scaling_ns"] = timed(small_call, int(plan["scaling"]["repeats"]))
+    return result
+
+
+def _scaling_call_inputs(plan: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    small = plan.get("scaling")
+    if not small:
+        return None
+    inputs = [np.array(mapped(m, "r")) for m in small["inputs"]]
+    outputs = [np.empty(m["shape"], dtype=m["dtype"]) for m in small["outputs"]]
+    return inputs, outputs
+
+
+def alternate(
+    reference: Callable[[], Any], candidate: Call, plan: dict[str, Any]
+) -> dict[str, Any]:
+    for _ in range(int(plan["warmup"])):
+        reference()
+        candidate()
+    reference_ns, candidate_ns = [], []
+    clock = time.perf_counter_ns
+    for _ in range(int(plan["repeats"])):
+        start = clock()
+        reference()
+        middle = clock()
+        candidate()
+        end = clock()
+        reference_ns.append(middle - start)
+        candidate_ns.append(end - middle)
+    return {"reference_ns": reference_ns, "candidate_ns": candidate_ns}
+
+
+def timed(call: Call, repeats: int) -> list[int]:
+    call()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def _as_list(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _matches(
+    actual: list[np.ndarray], expected: list[np.ndarray], tolerance: dict[str, float]
+) -> bool:
+    return all(
+        a.shape == e.shape
+        and a.dtype == e.dtype
+        and bool(np.allclose(a, e, rtol=tolerance["max_rel"], atol=tolerance["max_abs"]))
+        for a, e in zip(actual, expected, strict=True)
+    )
+
+
+def main() -> None:
+    manifest = json.loads(Path(sys.argv[1]).read_text())
+    result = correctness(manifest) if manifest["mode"] == "correctness" else timing(manifest)
+    say("result " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,707 @@
+"""The cpu-c evaluation pipeline: compile, vet, generate, run confined, judge, time, diagnose.
+
+Three kinds of process take part. This one (the worker, trusted) only orchestrates and
+judges. The reference runner (apps/operators/refrun.py) makes each run's inputs from a seed
+and computes the expected outputs before any candidate code is loaded. The candidate harness
+(apps/devices/cpu_c/harness.py) runs confined and sees only inputs; it never sees a seed or
+an expected output. The judge here compares files the harness left behind, after it exited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from apps.devices.cpu_c.build import (
+    HEADER_DIR,
+    CompileError,
+    FlagsRejected,
+    compile_kernel,
+    compiler_name,
+)
+from apps.devices.interpreter import sandbox_python
+from apps.devices.jail import Limits, confine_child
+from apps.devices.symbols import symbol_problems
+from apps.operators.sandbox import ReferenceRunError, run_reference
+from apps.operators.spec import OperatorSpec
+
+TARGET = "cpu-c"
+ROOT = Path(__file__).resolve().parents[2]
+IMPLAUSIBLE_SPEEDUP = 10.0
+
+
+class EvaluationError(RuntimeError):
+    """The evaluation could not be carried out (not the candidate's fault): say why."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    seeds: int = 3
+    warmup: int = 5
+    repeats: int = 100
+    threads: int = 1
+    timing: bool = True
+    profile: bool = False
+    debug: bool = False
+    extra_flags: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> EvalSettings:
+        defaults = {
+            "seeds": settings.KOPE_EVAL_SEEDS, "warmup": settings.KOPE_EVAL_WARMUP,
+            "repeats": settings.KOPE_EVAL_REPEATS, "threads": settings.KOPE_EVAL_THREADS,
+        }  # fmt: skip
+        return cls(**{**defaults, **overrides})
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_json(), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class OperatorUnderTest:
+    """What the pipeline needs of an operator version (no database access in here)."""
+
+    label: str  # e.g. "softmax_rows v1"
+    spec: OperatorSpec
+    reference_kind: str
+    reference_source: dict[str, Any]
+    cases: list[dict[str, Any]]  # case_id, params, dtype, timing, unsupported_targets
+    has_custom_check: bool = False
+
+
+@dataclass
+class Run:
+    run_id: str
+    case_id: str
+    params: dict[str, Any]
+    dtype: str
+    seed: int
+    attrs: list[float]
+    timing: bool = False
+    repeat_of: str | None = None  # the same inputs again: nondeterminism shows as a difference
+    generated: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the pipeline -----------------------------------------------------------------------------
+
+
+def evaluate_candidate(
+    operator: OperatorUnderTest, source: str, options: EvalSettings
+) -> dict[str, Any]:
+    verdict = new_verdict(options)
+    try:
+        build = compile_kernel(source, options.extra_flags)
+    except FlagsRejected as error:
+        return finish(verdict, "rejected", reason=str(error))
+    except CompileError as error:
+        verdict["compiled"] = {"ok": False, "errors": [m.as_json() for m in error.messages],
+                               "output": error.output[-4000:]}  # fmt: skip
+        return finish(verdict, "compile_error")
+    verdict["compiled"] = {"ok": True, "cached": build.cached, "flags": build.flags,
+                           "warnings": [m.as_json() for m in build.warnings]}  # fmt: skip
+    verdict["environment"]["flags"] = build.flags
+    problems = symbol_problems(build.path)
+    if problems:
+        return finish(verdict, "rejected", reason="; ".join(problems))
+    with Workspace() as workspace:
+        return run_in(workspace, operator, source, build.path, options, verdict)
+
+
+def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, shared_object: Path,
+           options: EvalSettings, verdict: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    runs = plan_runs(operator, options.seeds)
+    generate(workspace, operator, runs)
+    copy_inputs_for_repeats(workspace, runs)
+    verdict["flags"] += sorted(
+        {f"constant inputs in {r.case_id}" for r in runs if r.generated.get("constant_inputs")}
+    )
+    shutil.copyfile(shared_object, workspace.sandbox / "kernel.so")
+    outcome = run_harness(workspace, correctness_manifest(runs, options), options)
+    verdict["correct"] = judge(workspace, operator, runs, outcome)
+    if outcome.failure:
+        return finish(verdict, outcome.failure_kind, reason=outcome.failure)
+    if not verdict["correct"]["ok"]:
+        return finish(verdict, "incorrect")
+    nondeterministic = [
+        c["case_id"] for c in verdict["correct"]["cases"] if c.get("nondeterministic")
+    ]
+    if nondeterministic:
+        verdict["flags"].append(
+            f"nondeterministic output on {', '.join(sorted(set(nondeterministic)))}"
+        )
+    if options.timing:
+        verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"])
+    if options.profile:
+        verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"))
+    if options.debug:
+        verdict["debugged"] = debug(workspace, runs, source)
+    return finish(verdict, "correct")
+
+
+def new_verdict(options: EvalSettings) -> dict[str, Any]:
+    return {
+        "status": "pending", "reason": "", "target": TARGET, "settings": options.as_json(),
+        "compiled": None, "correct": None, "timed": None, "profiled": None, "debugged": None,
+        "flags": [],
+        "environment": {"compiler": compiler_name(), "cpu_model": cpu_model(),
+                        "threads": options.threads, "flags": []},
+    }  # fmt: skip
+
+
+def finish(verdict: dict[str, Any], status: str, *, reason: str = "") -> dict[str, Any]:
+    verdict["status"] = status
+    verdict["reason"] = reason or verdict.get("reason", "")
+    return verdict
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+# --- the work space: a judge's folder the candidate cannot read, a sandbox folder it can -------
+
+
+class Workspace:
+    def __enter__(self) -> Workspace:
+        base = settings.KOPE_EVAL_WORK_DIR or default_work_dir()
+        self.root = Path(tempfile.mkdtemp(prefix="kope-eval-", dir=base))
+        self.root.chmod(0o711)
+        self.judge = self.root / "judge"
+        self.judge.mkdir(mode=0o700)
+        self.sandbox = self.root / "sandbox"
+        self.sandbox.mkdir()
+        self.sandbox.chmod(0o777)  # the confined process runs as SANDBOX_USER
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def default_work_dir() -> str | None:
+    """A RAM-backed folder when there is one: runs write and read back large arrays."""
+    shm = Path("/dev/shm")  # noqa: S108 (mkdtemp makes a private folder inside it)
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+# --- runs: every supported case, several seeds; the first seed again to catch nondeterminism ---
+
+
+def plan_runs(operator: OperatorUnderTest, seeds: int) -> list[Run]:
+    base = secrets.randbits(31)  # fresh per evaluation; never leaves this process and refrun
+    runs = []
+    for index, case in enumerate(
+        c for c in operator.cases if TARGET not in c["unsupported_targets"]
+    ):
+        attrs = operator.spec.attribute_values(case["params"])
+        for s in range(seeds):
+            seed = (base + 7919 * index + 104729 * s) % 2**31
+            runs.append(Run(f"c{index}s{s}", case["case_id"], case["params"], case["dtype"], seed,
+                            attrs, timing=bool(case["timing"])))  # fmt: skip
+        if not case["timing"]:  # a timing case is big: it is not run twice
+            first = runs[-seeds]
+            runs.append(Run(f"c{index}r", first.case_id, first.params, first.dtype, first.seed,
+                            attrs, repeat_of=first.run_id))  # fmt: skip
+    if not runs:
+        raise EvaluationError(f"{operator.label} has no case the {TARGET} target can represent")
+    return runs
+
+
+def generate(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run]) -> None:
+    request = {
+        "kind": operator.reference_kind, "source": operator.reference_source, "mode": "generate",
+        "input_dir": str(workspace.sandbox), "expected_dir": str(workspace.judge),
+        "runs": [{"run_id": r.run_id, "params": r.params, "dtype": r.dtype, "seed": r.seed}
+                 for r in runs if r.repeat_of is None],
+    }  # fmt: skip
+    try:
+        answer = run_reference(request)
+    except ReferenceRunError as error:
+        raise EvaluationError(f"the reference of {operator.label} failed: {error}") from None
+    by_id = {g["run_id"]: g for g in answer["runs"]}
+    for run in runs:
+        generated = by_id[run.repeat_of or run.run_id]
+        if "error" in generated:
+            raise EvaluationError(
+                f"the reference of {operator.label} failed on {run.case_id}: {generated['error']}"
+            )
+        run.generated = generated
+        run.attrs = run.attrs + list(generated["scalars"])
+    for path in workspace.sandbox.iterdir():
+        path.chmod(0o666)
+
+
+# --- the confined harness ---------------------------------------------------------------------
+
+
+@dataclass
+class HarnessOutcome:
+    result: dict[str, Any] | None
+    finished: dict[str, int]  # run id -> what kope_kernel returned
+    failure: str = ""
+    failure_kind: str = ""  # crashed | timed_out
+
+
+def correctness_manifest(runs: list[Run], options: EvalSettings) -> dict[str, Any]:
+    return {"mode": "correctness", "kernel_so": "kernel.so", "threads": options.threads,
+            "runs": [harness_run(r) for r in runs]}  # fmt: skip
+
+
+def harness_run(run: Run) -> dict[str, Any]:
+    inputs = [{"file": f"{run.run_id}.in{i}", "dtype": m["dtype"], "shape": m["shape"]}
+              for i, m in enumerate(run.generated["inputs"])]  # fmt: skip
+    outputs = [{"file": f"{run.run_id}.out{i}", "dtype": m["dtype"], "shape": m["shape"]}
+               for i, m in enumerate(run.generated["outputs"])]  # fmt: skip
+    return {"run_id": run.run_id, "inputs": inputs, "outputs": outputs, "attrs": run.attrs}
+
+
+def copy_inputs_for_repeats(workspace: Workspace, runs: list[Run]) -> None:
+    for run in runs:
+        if run.repeat_of:
+            for i in range(len(run.generated["inputs"])):
+                target = workspace.sandbox / f"{run.run_id}.in{i}"
+                shutil.copyfile(workspace.sandbox / f"{run.repeat_of}.in{i}", target)
+                target.chmod(0o666)
+
+
+def harness_limits(options: EvalSettings, workspace: Workspace, manifest: dict[str, Any]) -> Limits:
+    """The file-size limit leaves room for the largest output the kernel legitimately writes."""
+    outputs = [m for run in manifest.get("runs", []) for m in run["outputs"]]
+    largest_output = max((output_bytes(m) for m in outputs), default=0)
+    largest_file = max((p.stat().st_size for p in workspace.sandbox.iterdir()), default=0)
+    largest = max(largest_output, largest_file)
+    return Limits(
+        cpu_s=settings.KOPE_EVAL_TIMEOUT_S * max(1, options.threads),
+        memory_mb=settings.KOPE_EVAL_MEMORY_MB,
+        file_size_mb=max(64, largest // 2**20 * 2 + 16),
+    )
+
+
+def output_bytes(meta: dict[str, Any]) -> int:
+    return int(np.prod(meta["shape"], dtype=np.int64)) * int(np.dtype(meta["dtype"]).itemsize)
+
+
+def harness_env(options: EvalSettings) -> dict[str, str]:
+    _, extra_paths = sandbox_python()
+    return {
+        "PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(ROOT), *extra_paths]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HOME": "/nonexistent", "OMP_NUM_THREADS": str(options.threads), "OMP_DYNAMIC": "false",
+        "MALLOC_PERTURB_": "165",  # uninitialised heap memory is garbage, not lucky zeros
+        # ...including small blocks glibc would otherwise hand back from its per-thread cache.
+        "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0",
+        "LANG": "C",
+    }  # fmt: skip
+
+
+def run_harness(
+    workspace: Workspace, manifest: dict[str, Any], options: EvalSettings
+) -> HarnessOutcome:
+    name = f"{manifest['mode']}.json"
+    (workspace.sandbox / name).write_text(json.dumps(manifest))
+    (workspace.sandbox / name).chmod(0o644)
+    limits = harness_limits(options, workspace, manifest)
+    log = workspace.judge / f"{manifest['mode']}.log"
+    with log.open("wb") as stdout:
+        child = subprocess.Popen(
+            [sandbox_python()[0], "-s", "-m", "apps.devices.cpu_c.harness", name],
+            stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+            cwd=workspace.sandbox, env=harness_env(options), start_new_session=True,
+            preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
+        )  # fmt: skip
+        timed_out = wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
+    return read_outcome(log, child.returncode, timed_out)
+
+
+def wait_or_kill(child: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    try:
+        child.wait(timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        return True
+
+
+def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
+    text = tail(log, 2 * 2**20)
+    lines = text.splitlines()
+    done = [line.split() for line in lines if line.startswith("done ") and len(line.split()) == 3]
+    finished = {parts[1]: int(parts[2]) for parts in done if parts[2].lstrip("-").isdigit()}
+    started = [
+        line.split()[1] for line in lines if line.startswith("start ") and len(line.split()) == 2
+    ]
+    result_line = next((line for line in reversed(lines) if line.startswith("result ")), None)
+    result = parsed_result(result_line) if result_line and returncode == 0 else None
+    running = started[-1] if started and started[-1] not in finished else None
+    where = f" in run {running}" if running else ""
+    if timed_out or returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        limit = "wall-clock" if timed_out else "CPU"
+        return HarnessOutcome(None, finished, f"the {limit} time limit ran out{where}", "timed_out")
+    if returncode != 0 or result is None:
+        cause = (
+            f"killed by {signal.Signals(-returncode).name}"
+            if returncode < 0
+            else f"exit status {returncode}"
+        )
+        detail = last_meaningful_lines(lines)
+        return HarnessOutcome(
+            None, finished, f"the candidate process crashed ({cause}){where}: {detail}", "crashed"
+        )
+    return HarnessOutcome(result, finished)
+
+
+def parsed_result(line: str) -> dict[str, Any] | None:
+    """The harness's result line; None when it is not a JSON object (the kernel can write to
+    stdout too, so this line is untrusted input)."""
+    try:
+        result = json.loads(line[len("result ") :])
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def tail(path: Path, limit: int) -> str:
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - limit))
+        return handle.read().decode(errors="replace")
+
+
+def last_meaningful_lines(lines: list[str]) -> str:
+    noise = ("start ", "done ", "result ")
+    kept = [line for line in lines if line.strip() and not line.startswith(noise)]
+    return " | ".join(kept[-3:])[-600:] or "no message"
+
+
+# --- the judge --------------------------------------------------------------------------------
+
+
+def judge(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run],
+          outcome: HarnessOutcome) -> dict[str, Any]:  # fmt: skip
+    spec = operator.spec
+    custom = custom_checks(workspace, operator, runs, outcome) if operator.has_custom_check else {}
+    cases = [judge_run(workspace, spec, run, outcome, custom.get(run.run_id)) for run in runs]
+    by_run = {c["run_id"]: c for c in cases}
+    for run in runs:
+        both_pass = (
+            run.repeat_of and by_run[run.run_id]["passed"] and by_run[run.repeat_of]["passed"]
+        )
+        if both_pass and not same_outputs(workspace, run):
+            by_run[run.run_id]["nondeterministic"] = True
+    failed = [c for c in cases if not c["passed"]]
+    return {"ok": not failed and not outcome.failure, "runs": len(cases), "failed": len(failed),
+            "cases": cases}  # fmt: skip
+
+
+def judge_run(workspace: Workspace, spec: OperatorSpec, run: Run, outcome: HarnessOutcome,
+              custom_passed: bool | None) -> dict[str, Any]:  # fmt: skip
+    entry: dict[str, Any] = {"run_id": run.run_id, "case_id": run.case_id,
+                             "repeat": run.repeat_of is not None, "passed": False}  # fmt: skip
+    if run.run_id not in outcome.finished:
+        return {**entry, "error": "not run: the candidate process stopped before this run"}
+    status = outcome.finished[run.run_id]
+    if status != 0:
+        return {**entry, "error": f"kope_kernel returned {status}"}
+    entry["inputs_intact"] = inputs_intact(workspace, run)
+    comparisons = [compare_output(workspace, run, i, m, spec)
+                   for i, m in enumerate(run.generated["outputs"])]  # fmt: skip
+    entry["max_abs"] = max((c["max_abs"] for c in comparisons), default=0.0)
+    entry["max_rel"] = max((c["max_rel"] for c in comparisons), default=0.0)
+    problems = [c["problem"] for c in comparisons if c["problem"]]
+    if not entry["inputs_intact"]:
+        problems.append("the kernel wrote its inputs")
+    matched = all(c["within_tolerance"] for c in comparisons)
+    if custom_passed is not None:  # the operator's own rule decides closeness
+        matched = custom_passed and all(c["shape_ok"] for c in comparisons)
+        if not custom_passed:
+            problems.append("the operator's own precision check failed")
+    entry["passed"] = matched and entry["inputs_intact"]
+    if problems or not entry["passed"]:
+        entry["error"] = "; ".join(problems) or "outside the tolerance"
+    return entry
+
+
+def inputs_intact(workspace: Workspace, run: Run) -> bool:
+    for i, meta in enumerate(run.generated["inputs"]):
+        if file_sha256(workspace.sandbox / f"{run.run_id}.in{i}") != meta["sha256"]:
+            return False
+    return True
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_array(path: Path, meta: dict[str, Any]) -> np.ndarray | None:
+    expected_bytes = int(np.prod(meta["shape"], dtype=np.int64)) * np.dtype(meta["dtype"]).itemsize
+    if expected_bytes == 0:
+        return np.zeros(meta["shape"], dtype=meta["dtype"])
+    if not path.exists() or path.stat().st_size != expected_bytes:
+        return None
+    return np.fromfile(path, dtype=meta["dtype"]).reshape(meta["shape"])
+
+
+def compare_output(workspace: Workspace, run: Run, index: int, meta: dict[str, Any],
+                   spec: OperatorSpec) -> dict[str, Any]:  # fmt: skip
+    source_id = run.repeat_of or run.run_id
+    expected = read_array(workspace.judge / f"{source_id}.out{index}", meta)
+    actual = read_array(workspace.sandbox / f"{run.run_id}.out{index}", meta)
+    result = {"shape_ok": actual is not None, "within_tolerance": False, "max_abs": float("inf"),
+              "max_rel": float("inf"), "problem": ""}  # fmt: skip
+    if expected is None or actual is None:
+        return {**result, "problem": f"output {index} is missing or has the wrong size"}
+    errors = [chunk_errors(a, e, spec) for a, e in chunks(actual.reshape(-1), expected.reshape(-1))]
+    nan = any(err[3] for err in errors)
+    result["max_abs"] = float("inf") if nan else max((err[0] for err in errors), default=0.0)
+    result["max_rel"] = float("inf") if nan else max((err[1] for err in errors), default=0.0)
+    result["within_tolerance"] = all(err[2] for err in errors)
+    if nan:
+        result["problem"] = f"output {index} has NaN where the reference has numbers (unwritten?)"
+    return result
+
+
+COMPARE_CHUNK = 1 << 20  # elements: big outputs are compared piece by piece, in cache
+
+
+def chunks(actual: np.ndarray, expected: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(actual[i : i + COMPARE_CHUNK], expected[i : i + COMPARE_CHUNK])
+            for i in range(0, actual.size, COMPARE_CHUNK)]  # fmt: skip
+
+
+def chunk_errors(
+    actual: np.ndarray, expected: np.ndarray, spec: OperatorSpec
+) -> tuple[float, float, bool, bool]:
+    """(max abs error, max rel error, within tolerance, NaN where the reference has a number)."""
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    diff = np.abs(a - e)
+    nan = bool(np.isnan(diff).any() and not np.array_equal(np.isnan(a), np.isnan(e)))
+    if actual.dtype.kind == "f":
+        within = bool(np.allclose(a, e, rtol=spec.max_rel, atol=spec.max_abs, equal_nan=True))
+    else:
+        within = bool(np.array_equal(actual, expected))
+    finite = diff[~np.isnan(diff)]
+    rel = finite / np.maximum(np.abs(e[~np.isnan(diff)]), 1e-12)
+    return (float(finite.max()) if finite.size else 0.0, float(rel.max()) if rel.size else 0.0,
+            within and not nan, nan)  # fmt: skip
+
+
+def same_outputs(workspace: Workspace, run: Run) -> bool:
+    assert run.repeat_of is not None
+    return all(
+        file_sha256(workspace.sandbox / f"{run.run_id}.out{i}")
+        == file_sha256(workspace.sandbox / f"{run.repeat_of}.out{i}")
+        for i in range(len(run.generated["outputs"]))
+    )
+
+
+def custom_checks(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run],
+                  outcome: HarnessOutcome) -> dict[str, bool]:  # fmt: skip
+    """Ask the reference runner to apply the operator's own checker to each finished run."""
+    items = []
+    for run in runs:
+        if run.run_id not in outcome.finished:
+            continue
+        source_id = run.repeat_of or run.run_id
+        for i in range(len(run.generated["outputs"])):
+            shutil.copyfile(
+                workspace.judge / f"{source_id}.out{i}", workspace.judge / f"{run.run_id}.exp{i}"
+            )
+            shutil.copyfile(
+                workspace.sandbox / f"{run.run_id}.out{i}", workspace.judge / f"{run.run_id}.act{i}"
+            )
+        outputs = run.generated["outputs"]
+        items.append({
+            "run_id": run.run_id, "params": run.params, "dir": str(workspace.judge),
+            "expected": [{**m, "file": f"{run.run_id}.exp{i}"} for i, m in enumerate(outputs)],
+            "actual": [{**m, "file": f"{run.run_id}.act{i}"} for i, m in enumerate(outputs)],
+        })  # fmt: skip
+    request = {"kind": operator.reference_kind, "source": operator.reference_source,
+               "mode": "check", "checks": items}  # fmt: skip
+    try:
+        answer = run_reference(request)
+    except ReferenceRunError as error:
+        raise EvaluationError(f"the operator's checker failed: {error}") from None
+    return {c["run_id"]: bool(c["passed"]) for c in answer["checks"]}
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run],
+                   options: EvalSettings, flags: list[str]) -> dict[str, Any]:  # fmt: skip
+    timing_runs = [r for r in runs if r.timing and r.repeat_of is None]
+    if not timing_runs:
+        return {"ok": False, "reason": f"{operator.label} has no timing case for {TARGET}"}
+    run = timing_runs[0]
+    scaling = scaling_run(runs, run)
+    plan = {
+        "run": {**harness_run(run), "params": run.params, "scalars": run.generated["scalars"]},
+        "warmup": options.warmup, "repeats": options.repeats,
+        "reference": {"kind": operator.reference_kind, "source": operator.reference_source},
+        "tolerance": {"max_abs": operator.spec.max_abs, "max_rel": operator.spec.max_rel},
+        "scaling": scaling_plan(scaling, options),
+    }  # fmt: skip
+    manifest = {
+        "mode": "timing",
+        "kernel_so": "kernel.so",
+        "threads": options.threads,
+        "timing": plan,
+    }
+    outcome = run_harness(workspace, manifest, options)
+    result = outcome.result or {}
+    if outcome.failure or not valid_timing_result(result, options):
+        return {"ok": False, "reason": outcome.failure or "no readable timing result"}
+    return timing_summary(run, scaling, result, options, flags)
+
+
+def valid_timing_result(result: dict[str, Any], options: EvalSettings) -> bool:
+    def samples(key: str) -> bool:
+        values = result.get(key)
+        return (
+            isinstance(values, list)
+            and len(values) == options.repeats
+            and all(isinstance(v, int) and v > 0 for v in values)
+        )
+
+    return samples("candidate_ns") and samples("reference_ns") and "last_call_ok" in result
+
+
+def scaling_plan(scaling: Run | None, options: EvalSettings) -> dict[str, Any] | None:
+    if scaling is None:
+        return None
+    return {**harness_run(scaling), "repeats": max(5, options.repeats // 5)}
+
+
+def scaling_run(runs: list[Run], timing: Run) -> Run | None:
+    """A smaller case to time as well: a kernel whose time does not grow with size is suspect."""
+    size = input_elements(timing)
+    smaller = [r for r in runs if r.repeat_of is None and not r.timing and r.run_id.endswith("s0")
+               and input_elements(r) * 4 <= size]  # fmt: skip
+    return max(smaller, key=input_elements, default=None)
+
+
+def input_elements(run: Run) -> int:
+    return sum(int(np.prod(m["shape"], dtype=np.int64)) for m in run.generated["inputs"])
+
+
+def stats_ms(samples_ns: list[int]) -> dict[str, float]:
+    values = np.array(samples_ns, dtype=np.float64) / 1e6
+    return {"mean_ms": float(values.mean()), "median_ms": float(np.median(values)),
+            "min_ms": float(values.min()), "samples": len(values)}  # fmt: skip
+
+
+def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], options: EvalSettings,
+                   flags: list[str]) -> dict[str, Any]:  # fmt: skip
+    candidate, reference = stats_ms(result["candidate_ns"]), stats_ms(result["reference_ns"])
+    speedup = reference["median_ms"] / max(candidate["median_ms"], 1e-9)
+    summary: dict[str, Any] = {
+        "ok": result["last_call_ok"] is True and result.get("status") == 0, "case_id": run.case_id,
+        "threads": options.threads, "warmup": options.warmup, "repeats": options.repeats,
+        "candidate": candidate, "reference": reference, "speedup": speedup,
+        "candidate_samples_ms": [n / 1e6 for n in result["candidate_ns"]],
+    }  # fmt: skip
+    if not summary["ok"]:
+        summary["reason"] = "the last timed call's output was wrong (results cached between calls?)"
+        flags.append("wrong output on a timed call")
+    if speedup > IMPLAUSIBLE_SPEEDUP:
+        flags.append(f"implausible speedup {speedup:.1f}x vs the reference: review before trusting")
+    scaling_ns = result.get("scaling_ns")
+    if scaling is not None and isinstance(scaling_ns, list) and scaling_ns:
+        small = float(np.median(np.array(scaling_ns, dtype=np.float64))) / 1e6
+        work_ratio = input_elements(run) / max(1, input_elements(scaling))
+        time_ratio = candidate["median_ms"] / max(small, 1e-9)
+        summary["scaling"] = {"case_id": scaling.case_id, "median_ms": small,
+                              "work_ratio": work_ratio, "time_ratio": time_ratio}  # fmt: skip
+        if time_ratio < 1.5:
+            flags.append(f"time does not grow with input size ({work_ratio:.0f}x the elements, "
+                         f"{time_ratio:.2f}x the time)")  # fmt: skip
+    return summary
+
+
+# --- diagnostics on request: a cachegrind profile, an ASan + UBSan run ------------------------
+
+
+def run_arrays(workspace: Workspace, run: Run) -> list[np.ndarray]:
+    arrays = []
+    for i, meta in enumerate(run.generated["inputs"]):
+        array = read_array(workspace.sandbox / f"{run.run_id}.in{i}", meta)
+        assert array is not None
+        arrays.append(array)
+    return arrays
+
+
+def diagnostic_case(workspace: Workspace, run: Run, name: str) -> tuple[Path, Path]:
+    from apps.devices.cpu_c.casefile import write_case_file
+
+    folder = workspace.sandbox / name
+    folder.mkdir()
+    folder.chmod(0o777)
+    case = folder / "case.bin"
+    outputs = [(m["dtype"], m["shape"]) for m in run.generated["outputs"]]
+    write_case_file(case, run_arrays(workspace, run), outputs, run.attrs)
+    case.chmod(0o644)
+    return folder, case
+
+
+def profile(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run], source: str,
+            timed: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    from apps.devices.cpu_c.diagnostics import DiagnosticError, chrome_trace, profile_kernel
+
+    firsts = [r for r in runs if r.repeat_of is None and r.run_id.endswith("s0")]
+    run = next((r for r in firsts if r.timing), None) or max(firsts, key=input_elements)
+    folder, case = diagnostic_case(workspace, run, "profile")
+    limits = Limits(cpu_s=settings.KOPE_EVAL_TIMEOUT_S * 4, memory_mb=diagnostic_memory_mb())
+    try:
+        data = profile_kernel(source, case, folder, header_dir=HEADER_DIR,
+                              timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
+                              preexec_fn=lambda: confine_child(limits, str(folder)))  # fmt: skip
+    except DiagnosticError as error:
+        return {"ok": False, "reason": str(error)}
+    samples = (timed or {}).get("candidate_samples_ms")
+    return {"ok": True, "case_id": run.case_id, "profile": data,
+            "trace": chrome_trace(data, samples, name=operator.label)}  # fmt: skip
+
+
+def debug(workspace: Workspace, runs: list[Run], source: str) -> dict[str, Any]:
+    from apps.devices.cpu_c.diagnostics import DiagnosticError, debug_kernel
+
+    candidates = [r for r in runs if r.repeat_of is None and input_elements(r) > 1]
+    run = min(candidates or runs, key=input_elements)
+    folder, case = diagnostic_case(workspace, run, "debug")
+    # ASan reserves terabytes of address space for its shadow memory.
+    limits = Limits(cpu_s=settings.KOPE_EVAL_TIMEOUT_S * 4, memory_mb=2**26)
+    try:
+        report = debug_kernel(source, case, folder, header_dir=HEADER_DIR,
+                              timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
+                              preexec_fn=lambda: confine_child(limits, str(folder)))  # fmt: skip
+    except DiagnosticError as error:
+        return {"ok": False, "reason": str(error)}
+    return {"ok": True, "case_id": run.case_id, **report}
+
+
+def diagnostic_memory_mb() -> int:
+    return max(settings.KOPE_EVAL_MEMORY_MB, 16384)  # valgrind reserves much address space

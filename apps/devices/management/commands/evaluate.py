@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.accounts.models import Team
+from apps.core.errors import DomainError
+from apps.devices.evaluator import EvalSettings
+from apps.devices.services import evaluation_execute, evaluation_request
+from apps.devices.verdicts import describe_verdict
+from apps.operators.selectors import operator_get, version_get
+
+
+class Command(BaseCommand):
+    help = "Evaluate a cpu-c kernel against an operator: compile, check, time; print the verdict."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("operator", help="operator slug (built-in or the team's)")
+        parser.add_argument("kernel", help="the kernel's C source file")
+        parser.add_argument("--team", help="look the operator up as this team sees it")
+        parser.add_argument(
+            "--operator-version", type=int, help="operator version (default: newest)"
+        )
+        parser.add_argument("--profile", action="store_true", help="add a cachegrind profile")
+        parser.add_argument("--debug", action="store_true", help="add an ASan + UBSan run")
+        parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+        parser.add_argument("--flags", default="", help="extra gcc flags from the allowlist")
+        parser.add_argument("--seeds", type=int, default=settings.KOPE_EVAL_SEEDS)
+        parser.add_argument("--warmup", type=int, default=settings.KOPE_EVAL_WARMUP)
+        parser.add_argument("--repeats", type=int, default=settings.KOPE_EVAL_REPEATS)
+        parser.add_argument("--threads", type=int, default=settings.KOPE_EVAL_THREADS)
+        parser.add_argument("--rerun", action="store_true", help="ignore a stored verdict")
+        parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        version = self.version(options)
+        source = self.source(options["kernel"])
+        eval_settings = EvalSettings(
+            seeds=options["seeds"], warmup=options["warmup"], repeats=options["repeats"],
+            threads=options["threads"], timing=not options["no_timing"],
+            profile=options["profile"], debug=options["debug"],
+            extra_flags=tuple(options["flags"].split()),
+        )  # fmt: skip
+        try:
+            evaluation, _ = evaluation_request(
+                version=version, source_text=source, options=eval_settings, rerun=options["rerun"]
+            )
+        except DomainError as error:
+            raise CommandError(error.message) from None
+        evaluation = evaluation_execute(evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)
+        if evaluation.status == evaluation.Status.FAILED:
+            raise CommandError(f"the evaluation failed: {evaluation.error}")
+        assert evaluation.verdict is not None
+        if options["json"]:
+            self.stdout.write(
+                json.dumps({"evaluation": evaluation.pk, **evaluation.verdict}, indent=2)
+            )
+        else:
+            self.stdout.write(
+                f"evaluation {evaluation.pk} of {version.operator.slug} v{version.number}"
+            )
+            self.stdout.write(describe_verdict(evaluation.verdict))
+
+    def version(self, options: dict[str, Any]) -> Any:
+        team = None
+        if options["team"]:
+            team = Team.objects.filter(slug=options["team"]).first()
+            if team is None:
+                raise CommandError(f"no team {options['team']!r}")
+        try:
+            return version_get(operator_get(team, options["operator"]), options["operator_version"])
+        except DomainError as error:
+            raise CommandError(error.message) from None
+
+    def source(self, path: str) -> str:
+        try:
+            return Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise CommandError(f"cannot read {path}: {error}") from None

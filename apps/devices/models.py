@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.db import models
+
+from apps.accounts.models import Team
+from apps.operators.models import OperatorVersion
+
+
+class KernelSource(models.Model):
+    """A candidate's code, stored once by content hash."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256[:12]
+
+
+class Evaluation(models.Model):
+    """One candidate evaluated against one operator version on one target with one setting.
+
+    Unique on exactly that, so evaluating the same candidate again returns this verdict.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"  # the evaluation could not be done (not a verdict on the candidate)
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE)
+    version = models.ForeignKey(OperatorVersion, on_delete=models.PROTECT)
+    target = models.CharField(max_length=32)
+    source = models.ForeignKey(KernelSource, on_delete=models.PROTECT)
+    options = models.JSONField()  # apps.devices.evaluator.EvalSettings
+    options_key = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    verdict = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "version", "target", "options_key"], name="evaluation_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} on {self.version} ({self.target})"
+
+
+class Profile(models.Model):
+    """A structured profile of one evaluated candidate and its Chrome Trace Event JSON."""
+
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="profiles")
+    tool = models.CharField(max_length=32)
+    case_id = models.CharField(max_length=100)
+    data = models.JSONField()
+    trace = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool} profile of {self.evaluation}"

@@ -1,0 +1,149 @@
+"""Evaluations: one per (candidate, operator version, target, options), run by a device worker."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.accounts.models import Team
+from apps.core.errors import DomainError
+from apps.devices.evaluator import (
+    TARGET,
+    EvalSettings,
+    EvaluationError,
+    OperatorUnderTest,
+    evaluate_candidate,
+)
+from apps.devices.models import Evaluation, KernelSource, Profile
+from apps.operators.models import OperatorVersion
+from apps.operators.spec import spec_from_json
+
+MAX_SOURCE_BYTES = 1_000_000
+
+
+def kernel_source_store(text: str) -> KernelSource:
+    if len(text.encode()) > MAX_SOURCE_BYTES:
+        raise DomainError(
+            f"the kernel is {len(text.encode())} bytes; the limit is {MAX_SOURCE_BYTES}"
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    source, _ = KernelSource.objects.get_or_create(sha256=digest, defaults={"text": text})
+    return source
+
+
+@transaction.atomic
+def evaluation_request(
+    *,
+    version: OperatorVersion,
+    source_text: str,
+    options: EvalSettings,
+    team: Team | None = None,
+    user: User | None = None,
+    target: str = TARGET,
+    rerun: bool = False,
+) -> tuple[Evaluation, bool]:
+    """The stored evaluation for this key; a new (or reset, with `rerun`) one to run otherwise."""
+    if target != TARGET:
+        raise DomainError(f"target {target!r} is not available (available: {TARGET})")
+    source = kernel_source_store(source_text)
+    evaluation, created = Evaluation.objects.select_for_update().get_or_create(
+        source=source, version=version, target=target, options_key=options.key(),
+        defaults={"options": options.as_json(), "team": team, "created_by": user},
+    )  # fmt: skip
+    # A failed evaluation is no verdict on the candidate: asking again tries again.
+    again = rerun or evaluation.status == Evaluation.Status.FAILED
+    if again and not created and evaluation.status != Evaluation.Status.RUNNING:
+        evaluation.status, evaluation.attempts, evaluation.verdict = (
+            Evaluation.Status.QUEUED,
+            0,
+            None,
+        )
+        evaluation.error, evaluation.finished_at = "", None
+        evaluation.save()
+        evaluation.profiles.all().delete()
+        return evaluation, True
+    return evaluation, created
+
+
+def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
+    cases = [
+        {"case_id": c.case_id, "params": c.params, "dtype": c.dtype, "timing": c.timing,
+         "unsupported_targets": c.unsupported_targets}
+        for c in version.cases.all()
+    ]  # fmt: skip
+    check = "custom_check_precision" in str(version.reference_source.get("prepare_inputs", ""))
+    return OperatorUnderTest(
+        label=f"{version.operator.slug} v{version.number}", spec=spec_from_json(version.spec),
+        reference_kind=version.reference_kind, reference_source=version.reference_source,
+        cases=cases, has_custom_check=check,
+    )  # fmt: skip
+
+
+def claim_attempt(evaluation_id: int, max_attempts: int) -> Evaluation | None:
+    """Count this attempt; None when the evaluation is finished or has used up its attempts."""
+    with transaction.atomic():
+        evaluation = Evaluation.objects.select_for_update().get(pk=evaluation_id)
+        if evaluation.status in (Evaluation.Status.DONE, Evaluation.Status.FAILED):
+            return None
+        if evaluation.attempts >= max_attempts:
+            evaluation_fail(evaluation, f"gave up after {evaluation.attempts} attempts: the "
+                            "worker stopped during each (killed, or out of memory)")  # fmt: skip
+            return None
+        Evaluation.objects.filter(pk=evaluation.pk).update(
+            attempts=F("attempts") + 1, status=Evaluation.Status.RUNNING, started_at=timezone.now()
+        )
+    evaluation.refresh_from_db()
+    return evaluation
+
+
+def evaluation_execute(evaluation_id: int, *, max_attempts: int) -> Evaluation:
+    evaluation = claim_attempt(evaluation_id, max_attempts)
+    if evaluation is None:
+        return Evaluation.objects.get(pk=evaluation_id)
+    stored = evaluation.options
+    options = EvalSettings(**{**stored, "extra_flags": tuple(stored["extra_flags"])})
+    operator = operator_under_test(evaluation.version)
+    try:
+        verdict = evaluate_candidate(operator, evaluation.source.text, options)
+    except EvaluationError as error:
+        return evaluation_fail(evaluation, str(error))
+    return evaluation_record(evaluation, verdict)
+
+
+@transaction.atomic
+def evaluation_record(evaluation: Evaluation, verdict: dict[str, Any]) -> Evaluation:
+    profiled = verdict.get("profiled")
+    if profiled and profiled.get("ok"):
+        stored = Profile.objects.create(evaluation=evaluation, tool=profiled["profile"]["tool"],
+                                        case_id=profiled["case_id"], data=profiled["profile"],
+                                        trace=profiled["trace"])  # fmt: skip
+        verdict["profiled"] = {"ok": True, "profile_id": stored.pk, "case_id": profiled["case_id"],
+                               "totals": profiled["profile"].get("totals", {})}  # fmt: skip
+    evaluation.verdict = verdict
+    evaluation.status, evaluation.finished_at = Evaluation.Status.DONE, timezone.now()
+    evaluation.save(update_fields=["verdict", "status", "finished_at"])
+    return evaluation
+
+
+def evaluation_fail(evaluation: Evaluation, reason: str) -> Evaluation:
+    evaluation.status, evaluation.error = Evaluation.Status.FAILED, reason
+    evaluation.finished_at = timezone.now()
+    evaluation.save(update_fields=["status", "error", "finished_at"])
+    return evaluation
+
+
+def evaluation_start(**request: Any) -> Evaluation:
+    """Request an evaluation and, when it has to run, queue it for a device worker."""
+    from apps.devices.tasks import evaluate
+
+    evaluation, to_run = evaluation_request(**request)
+    if to_run:
+        transaction.on_commit(
+            lambda: evaluate.apply_async(args=(evaluation.pk,), queue="device.cpu")
+        )
+    return evaluation

@@ -1,0 +1,82 @@
+"""A verdict, told in a few lines for a terminal or a log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def describe_verdict(verdict: dict[str, Any]) -> str:
+    lines = [
+        f"verdict: {verdict['status'].upper()}"
+        + (f" ({verdict['reason']})" if verdict.get("reason") else "")
+    ]
+    lines += _compiled(verdict.get("compiled"))
+    lines += _correct(verdict.get("correct"))
+    lines += _timed(verdict.get("timed"))
+    if verdict.get("profiled"):
+        p = verdict["profiled"]
+        lines.append(
+            f"profile: {'profile ' + str(p.get('profile_id')) if p.get('ok') else p.get('reason')}"
+        )
+    if verdict.get("debugged"):
+        d = verdict["debugged"]
+        state = (
+            "clean"
+            if d.get("clean")
+            else "; ".join(r["summary"] for r in d.get("reports", [])) or d.get("reason", "")
+        )
+        lines.append(f"debug (ASan + UBSan on {d.get('case_id', '?')}): {state}")
+    for flag in verdict.get("flags", []):
+        lines.append(f"flag: {flag}")
+    env = verdict["environment"]
+    lines.append(f"environment: {env['compiler']}; {env['cpu_model']}; {env['threads']} thread(s); "
+                 f"flags {' '.join(env['flags'])}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _compiled(compiled: dict[str, Any] | None) -> list[str]:
+    if not compiled:
+        return []
+    if compiled["ok"]:
+        return [f"compiled: yes{' (cached)' if compiled.get('cached') else ''}"]
+    return ["compiled: no"] + [
+        f"  {e['file']}:{e['line']}:{e['column']}: {e['message']}\n    {e['source_line'].strip()}"
+        for e in compiled["errors"]
+    ]
+
+
+def _correct(correct: dict[str, Any] | None) -> list[str]:
+    if not correct:
+        return []
+    lines = [f"correct: {'yes' if correct['ok'] else 'no'} ({correct['runs'] - correct['failed']}/"
+             f"{correct['runs']} runs pass)"]  # fmt: skip
+    for case in correct["cases"]:
+        if not case["passed"]:
+            errors = (
+                f" max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+                if "max_abs" in case
+                else ""
+            )
+            lines.append(
+                f"  {case['case_id']} ({case['run_id']}): {case.get('error', 'failed')}{errors}"
+            )
+    return lines
+
+
+def _timed(timed: dict[str, Any] | None) -> list[str]:
+    if not timed:
+        return []
+    if "candidate" not in timed:
+        return [f"timed: no ({timed.get('reason', '')})"]
+    calls = f"{timed['repeats']} calls each, alternated, {timed['threads']} thread(s)"
+    return [
+        f"timed on {timed['case_id']} ({calls}):",
+        f"  candidate {_stats(timed['candidate'])}",
+        f"  reference {_stats(timed['reference'])}",
+        f"  speedup vs PyTorch eager: {timed['speedup']:.2f}x",
+    ]
+
+
+def _stats(stats: dict[str, float]) -> str:
+    return (f"median {stats['median_ms']:.3f} ms (mean {stats['mean_ms']:.3f}, "
+            f"min {stats['min_ms']:.3f})")  # fmt: skip

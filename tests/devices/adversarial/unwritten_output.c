@@ -1,0 +1,12 @@
+/*
+ * Returns success without writing its output: whatever the output buffer held before the
+ * call is the answer. The harness fills outputs with NaN first, so this must be caught.
+ */
+#include "kope_kernel.h"
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs,
+                kope_tensor *outputs, int32_t n_outputs,
+                const double *attrs, int32_t n_attrs) {
+    (void)inputs; (void)n_inputs; (void)outputs; (void)n_outputs; (void)attrs; (void)n_attrs;
+    return 0;
+}

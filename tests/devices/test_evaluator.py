@@ -1,0 +1,122 @@
+"""The evaluation pipeline on real kernels: the built-in suite, the stored verdict, the worker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from apps.devices.compile_errors import parse_compiler_output
+from apps.devices.evaluator import EvalSettings, evaluate_candidate
+from apps.devices.models import Evaluation
+from apps.devices.services import (
+    evaluation_execute,
+    evaluation_request,
+    evaluation_start,
+    operator_under_test,
+)
+from apps.operators.builtin_suite import read_builtin_suite
+from tests.factories import stored_builtin
+from tests.processes import celery_worker
+from tests.workbench.test_live_events import process_env
+
+CORRECTNESS_ONLY = EvalSettings(seeds=3, timing=False)
+
+
+def test_every_naive_kernel_of_the_builtin_suite_passes_every_case(db: None) -> None:
+    failures = []
+    for folder in read_builtin_suite():
+        operator = operator_under_test(stored_builtin(folder.spec.slug))
+        verdict = evaluate_candidate(operator, folder.naive_source, CORRECTNESS_ONLY)
+        cases = len(folder.spec.cases)
+        timing_cases = sum(c.timing for c in folder.spec.cases)
+        expected_runs = 3 * cases + (cases - timing_cases)  # plus one repeat per small case
+        if verdict["status"] != "correct" or verdict["flags"]:
+            failures.append(f"{folder.spec.slug}: {verdict['status']} {verdict['reason']} "
+                            f"{verdict['flags']} {verdict.get('correct')}")  # fmt: skip
+        elif verdict["correct"]["runs"] != expected_runs:
+            failures.append(f"{folder.spec.slug}: {verdict['correct']['runs']} runs")
+    assert not failures, "\n".join(failures)
+
+
+def test_compiler_errors_come_back_with_file_line_column_and_source() -> None:
+    source = "int f(void) {\n    int x = 1\n    return x;\n}\n"
+    output = (
+        "kernel.c: In function 'f':\n"
+        "kernel.c:2:14: error: expected ',' or ';' before 'return'\n"
+        "    2 |     int x = 1\n"
+        "/tmp/kope-build-x/kernel.c:3:5: warning: unused value\n"
+    )
+    first, second = parse_compiler_output(output, source)
+    assert (first.file, first.line, first.column, first.severity) == ("kernel.c", 2, 14, "error")
+    assert first.message == "expected ',' or ';' before 'return'"
+    assert first.source_line == "    int x = 1"
+    assert (second.severity, second.source_line) == ("warning", "    return x;")
+
+
+def test_a_compile_error_is_a_verdict_with_the_parsed_error(db: None) -> None:
+    operator = operator_under_test(stored_builtin("logsumexp_rows"))
+    verdict = evaluate_candidate(
+        operator, '#include "kope_kernel.h"\nint kope_kernel(', CORRECTNESS_ONLY
+    )
+    assert verdict["status"] == "compile_error"
+    (error,) = verdict["compiled"]["errors"]
+    assert error["line"] == 2 and error["source_line"] == "int kope_kernel("
+
+
+def test_the_same_candidate_is_evaluated_once_unless_asked_again(db: None) -> None:
+    version = stored_builtin("logsumexp_rows")
+    source = next(f for f in read_builtin_suite() if f.spec.slug == "logsumexp_rows").naive_source
+    first, created = evaluation_request(
+        version=version, source_text=source, options=CORRECTNESS_ONLY
+    )
+    done = evaluation_execute(first.pk, max_attempts=2)
+    done.refresh_from_db()  # the verdict as stored
+    again, created_again = evaluation_request(
+        version=version, source_text=source, options=CORRECTNESS_ONLY
+    )
+    rerun, reset = evaluation_request(version=version, source_text=source, options=CORRECTNESS_ONLY,
+                                      rerun=True)  # fmt: skip
+
+    assert created and done.status == "done" and done.verdict["status"] == "correct"
+    assert (again.pk, created_again, again.verdict) == (first.pk, False, done.verdict)
+    assert (rerun.pk, reset, rerun.status, rerun.verdict) == (first.pk, True, "queued", None)
+    other, other_created = evaluation_request(
+        version=version, source_text=source, options=EvalSettings(seeds=2, timing=False)
+    )
+    assert other_created and other.pk != first.pk  # other settings, other evaluation
+
+
+def test_an_evaluation_whose_workers_keep_dying_fails_with_the_reason(db: None) -> None:
+    version = stored_builtin("logsumexp_rows")
+    evaluation, _ = evaluation_request(
+        version=version, source_text="int x;", options=CORRECTNESS_ONLY
+    )
+    Evaluation.objects.filter(pk=evaluation.pk).update(attempts=2, status="running")
+
+    result = evaluation_execute(evaluation.pk, max_attempts=2)
+
+    assert result.status == "failed" and result.verdict is None
+    assert "gave up after 2 attempts" in result.error
+
+
+def test_a_device_worker_evaluates_a_queued_candidate(transactional_db: None) -> None:
+    version = stored_builtin("logsumexp_rows")
+    source = next(f for f in read_builtin_suite() if f.spec.slug == "logsumexp_rows").naive_source
+    with celery_worker(process_env("single-machine"), "device.cpu", "device@test"):
+        evaluation = evaluation_start(version=version, source_text=source, options=CORRECTNESS_ONLY)
+        deadline = time.monotonic() + 120
+        while evaluation.status in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.25)
+            evaluation.refresh_from_db()
+    assert evaluation.status == "done", evaluation.error
+    assert evaluation.attempts == 1 and evaluation.verdict["status"] == "correct"
+
+
+@pytest.mark.parametrize("flag", ["-lcurl", "-Wl,-rpath,/tmp", "-I/etc", "-DNDEBUG"])
+def test_flags_outside_the_allowlist_are_rejected(db: None, flag: str) -> None:
+    operator = operator_under_test(stored_builtin("logsumexp_rows"))
+    verdict = evaluate_candidate(
+        operator, "int kope_kernel;", EvalSettings(timing=False, extra_flags=(flag,))
+    )
+    assert verdict["status"] == "rejected" and f"flags not allowed: {flag}" in verdict["reason"]
