@@ -9,14 +9,19 @@ an expected output. The judge here compares files the harness left behind, after
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,7 +291,8 @@ def copy_inputs_for_repeats(workspace: Workspace, runs: list[Run]) -> None:
 
 def harness_limits(options: EvalSettings, workspace: Workspace, manifest: dict[str, Any]) -> Limits:
     """The file-size limit leaves room for the largest output the kernel legitimately writes."""
-    outputs = [m for run in manifest.get("runs", []) for m in run["outputs"]]
+    runs = manifest.get("runs") or [manifest["timing"]["run"]]
+    outputs = [m for run in runs for m in run["outputs"]]
     largest_output = max((output_bytes(m) for m in outputs), default=0)
     largest_file = max((p.stat().st_size for p in workspace.sandbox.iterdir()), default=0)
     largest = max(largest_output, largest_file)
@@ -317,6 +323,16 @@ def harness_env(options: EvalSettings) -> dict[str, str]:
 def run_harness(
     workspace: Workspace, manifest: dict[str, Any], options: EvalSettings
 ) -> HarnessOutcome:
+    child, log = start_harness(workspace, manifest, options)
+    timed_out = wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
+    return read_outcome(log, child.returncode, timed_out)
+
+
+Started = tuple[subprocess.Popen[bytes], Path]  # the child and the file its output goes to
+
+
+def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalSettings,
+                  pass_fds: tuple[int, ...] = ()) -> Started:  # fmt: skip
     name = f"{manifest['mode']}.json"
     (workspace.sandbox / name).write_text(json.dumps(manifest))
     (workspace.sandbox / name).chmod(0o644)
@@ -327,10 +343,9 @@ def run_harness(
             [sandbox_python()[0], "-s", "-m", "apps.devices.cpu_c.harness", name],
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
             cwd=workspace.sandbox, env=harness_env(options), start_new_session=True,
-            preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
+            pass_fds=pass_fds, preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
         )  # fmt: skip
-        timed_out = wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
-    return read_outcome(log, child.returncode, timed_out)
+    return child, log
 
 
 def wait_or_kill(child: subprocess.Popen[bytes], timeout_s: float) -> bool:
@@ -338,14 +353,18 @@ def wait_or_kill(child: subprocess.Popen[bytes], timeout_s: float) -> bool:
         child.wait(timeout=timeout_s)
         return False
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        kill_group(child)
         return True
 
 
+def kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
 def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
-    text = tail(log, 2 * 2**20)
-    lines = text.splitlines()
+    lines, others = scan_log(log)
     done = [line.split() for line in lines if line.startswith("done ") and len(line.split()) == 3]
     finished = {parts[1]: int(parts[2]) for parts in done if parts[2].lstrip("-").isdigit()}
     started = [
@@ -364,11 +383,30 @@ def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
             if returncode < 0
             else f"exit status {returncode}"
         )
-        detail = last_meaningful_lines(lines)
+        detail = " | ".join(others)[-600:] or "no message"
+        if log.stat().st_size >= 2**20 * 64:
+            detail = f"it printed {log.stat().st_size // 2**20} MB; {detail}"
         return HarnessOutcome(
             None, finished, f"the candidate process crashed ({cause}){where}: {detail}", "crashed"
         )
     return HarnessOutcome(result, finished)
+
+
+PROTOCOL = (b"start ", b"done ", b"result ")
+
+
+def scan_log(log: Path) -> tuple[list[str], list[str]]:
+    """The harness's progress lines, however much else was printed, and the last 3 others."""
+    protocol: list[str] = []
+    others: collections.deque[str] = collections.deque(maxlen=3)
+    with log.open("rb") as handle:
+        for raw in handle:
+            line = raw[:65536].decode(errors="replace").rstrip("\n")
+            if raw.startswith(PROTOCOL):
+                protocol.append(line)
+            elif line.strip():
+                others.append(line[:300])
+    return protocol, list(others)
 
 
 def parsed_result(line: str) -> dict[str, Any] | None:
@@ -379,18 +417,6 @@ def parsed_result(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return result if isinstance(result, dict) else None
-
-
-def tail(path: Path, limit: int) -> str:
-    with path.open("rb") as handle:
-        handle.seek(max(0, path.stat().st_size - limit))
-        return handle.read().decode(errors="replace")
-
-
-def last_meaningful_lines(lines: list[str]) -> str:
-    noise = ("start ", "done ", "result ")
-    kept = [line for line in lines if line.strip() and not line.startswith(noise)]
-    return " | ".join(kept[-3:])[-600:] or "no message"
 
 
 # --- the judge --------------------------------------------------------------------------------
@@ -558,11 +584,13 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
         return {"ok": False, "reason": f"{operator.label} has no timing case for {TARGET}"}
     run = timing_runs[0]
     scaling = scaling_run(runs, run)
+    last_outputs = [
+        {**m, "file": f"{run.run_id}.last{i}"} for i, m in enumerate(run.generated["outputs"])
+    ]
     plan = {
-        "run": {**harness_run(run), "params": run.params, "scalars": run.generated["scalars"]},
-        "warmup": options.warmup, "repeats": options.repeats,
+        "run": {**harness_run(run), "outputs": last_outputs, "params": run.params,
+                "scalars": run.generated["scalars"]},
         "reference": {"kind": operator.reference_kind, "source": operator.reference_source},
-        "tolerance": {"max_abs": operator.spec.max_abs, "max_rel": operator.spec.max_rel},
         "scaling": scaling_plan(scaling, options),
     }  # fmt: skip
     manifest = {
@@ -571,23 +599,119 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
         "threads": options.threads,
         "timing": plan,
     }
-    outcome = run_harness(workspace, manifest, options)
-    result = outcome.result or {}
-    if outcome.failure or not valid_timing_result(result, options):
-        return {"ok": False, "reason": outcome.failure or "no readable timing result"}
-    return timing_summary(run, scaling, result, options, flags)
-
-
-def valid_timing_result(result: dict[str, Any], options: EvalSettings) -> bool:
-    def samples(key: str) -> bool:
-        values = result.get(key)
-        return (
-            isinstance(values, list)
-            and len(values) == options.repeats
-            and all(isinstance(v, int) and v > 0 for v in values)
+    try:
+        measured = run_timing_harness(
+            workspace, manifest, options, with_scaling=scaling is not None
         )
+    except TimingRefused as error:
+        flags.append(f"timing refused: {error}")
+        return {"ok": False, "reason": str(error)}
+    last_ok = all(compare_last_output(workspace, run, i, m, operator.spec)
+                  for i, m in enumerate(run.generated["outputs"]))  # fmt: skip
+    return timing_summary(run, scaling, {**measured, "last_call_ok": last_ok}, options, flags)
 
-    return samples("candidate_ns") and samples("reference_ns") and "last_call_ok" in result
+
+def compare_last_output(workspace: Workspace, run: Run, index: int, meta: dict[str, Any],
+                        spec: OperatorSpec) -> bool:  # fmt: skip
+    expected = read_array(workspace.judge / f"{run.run_id}.out{index}", meta)
+    actual = read_array(workspace.sandbox / f"{run.run_id}.last{index}", meta)
+    if expected is None or actual is None:
+        return False
+    pairs = chunks(actual.reshape(-1), expected.reshape(-1))
+    return all(chunk_errors(a, e, spec)[2] for a, e in pairs)
+
+
+# --- the judge's clock: it drives every timed call over a pipe and timestamps the replies ----
+
+RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status (see harness.py)
+
+
+class TimingRefused(RuntimeError):
+    """The candidate process broke the timing protocol, died, or overran; the message says how."""
+
+
+class Channel:
+    def __init__(self, go: int, report: int, deadline: float) -> None:
+        self.go, self.report, self.deadline = go, report, deadline
+
+    def order(self, tag: bytes, iteration: int) -> tuple[int, int]:
+        """Send one order; (the nonce it carries, the time it was sent)."""
+        nonce = secrets.randbits(63)
+        os.write(self.go, RECORD.pack(tag, iteration, nonce, 0))
+        return nonce, time.perf_counter_ns()
+
+    def expect(self, tag: bytes, iteration: int, nonce: int) -> int:
+        """Wait for the reply; the time it arrived. Anything else refuses the timing."""
+        data = b""
+        while len(data) < RECORD.size:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.report], [], [], remaining)[0]:
+                raise TimingRefused(f"no reply within the {settings.KOPE_EVAL_TIMEOUT_S} s limit")
+            chunk = os.read(self.report, RECORD.size - len(data))
+            if not chunk:
+                raise TimingRefused("the candidate process stopped during timing")
+            data += chunk
+        arrived = time.perf_counter_ns()
+        got_tag, got_iteration, got_nonce, status = RECORD.unpack(data)
+        if (got_tag, got_iteration, got_nonce) != (tag, iteration, nonce):
+            raise TimingRefused(
+                "a reply the harness did not send (the kernel wrote to the timing channel)"
+            )
+        if status != 0:
+            raise TimingRefused(f"kope_kernel returned {status} during timing")
+        return arrived
+
+
+def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool) -> dict[str, Any]:
+    reference_ns, candidate_ns, scaling_ns = [], [], []
+    for iteration in range(options.warmup + options.repeats):
+        nonce, sent = channel.order(b"g", iteration)
+        reference_done = channel.expect(b"r", iteration, nonce)
+        candidate_done = channel.expect(b"c", iteration, nonce)
+        if iteration >= options.warmup:
+            reference_ns.append(reference_done - sent)
+            candidate_ns.append(candidate_done - reference_done)
+    for iteration in range(scaling_repeats(options) if with_scaling else 0):
+        nonce, sent = channel.order(b"s", iteration)
+        scaling_ns.append(channel.expect(b"s", iteration, nonce) - sent)
+    nonce, _ = channel.order(b"l", 0)
+    channel.expect(b"l", 0, nonce)
+    channel.order(b"q", 0)
+    return {"reference_ns": reference_ns, "candidate_ns": candidate_ns, "scaling_ns": scaling_ns,
+            "status": 0}  # fmt: skip
+
+
+def scaling_repeats(options: EvalSettings) -> int:
+    return max(5, options.repeats // 5)
+
+
+def run_timing_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalSettings,
+                       *, with_scaling: bool) -> dict[str, Any]:  # fmt: skip
+    go_read, go_write = os.pipe()
+    report_read, report_write = os.pipe()
+    manifest["channel"] = {"go": go_read, "report": report_write}
+    child, log = start_harness(workspace, manifest, options, pass_fds=(go_read, report_write))
+    os.close(go_read)
+    os.close(report_write)
+    deadline = time.monotonic() + settings.KOPE_EVAL_TIMEOUT_S
+    try:
+        return drive_timing(
+            Channel(go_write, report_read, deadline), options, with_scaling=with_scaling
+        )
+    except TimingRefused as error:
+        kill_group(child)
+        raise TimingRefused(f"{error}{crash_detail(child.returncode, log)}") from None
+    finally:
+        os.close(go_write)
+        os.close(report_read)
+        wait_or_kill(child, 10)  # an overrun after its last reply changes no measurement
+
+
+def crash_detail(returncode: int, log: Path) -> str:
+    if returncode >= 0:
+        return ""
+    _, others = scan_log(log)
+    return f" (killed by {signal.Signals(-returncode).name}: {' | '.join(others) or 'no message'})"
 
 
 def scaling_plan(scaling: Run | None, options: EvalSettings) -> dict[str, Any] | None:

@@ -165,7 +165,8 @@ TIOCLINUX = 0x541C
 
 # arch/x86/entry/syscalls/syscall_64.tbl
 SYSCALLS_X86_64 = {
-    "open": 2, "ioctl": 16, "socket": 41, "connect": 42, "accept": 43, "sendto": 44,
+    "open": 2, "close": 3, "ioctl": 16, "dup2": 33, "dup3": 292, "close_range": 436,
+    "socket": 41, "connect": 42, "accept": 43, "sendto": 44,
     "recvfrom": 45, "sendmsg": 46, "recvmsg": 47, "bind": 49, "listen": 50, "socketpair": 53,
     "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "truncate": 76,
     "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86, "unlink": 87,
@@ -269,8 +270,12 @@ class _FilterBuilder:
         return offset
 
 
-def build_seccomp_filter(own_pid: int) -> bytes:
-    """The filter as packed `struct sock_filter`s; signals may only go to process own_pid."""
+def build_seccomp_filter(own_pid: int, protected_fds: tuple[int, ...] = ()) -> bytes:
+    """The filter as packed `struct sock_filter`s; signals may only go to process own_pid.
+
+    `protected_fds` can be neither closed nor replaced (dup2/dup3 onto them, close_range):
+    the harness reports to the judge through them, and a kernel must not redirect that.
+    """
     f = _FilterBuilder()
     f.load_word(SECCOMP_DATA_ARCH)
     f.jump(BPF_JEQ, AUDIT_ARCH_X86_64, if_false="kill")
@@ -288,7 +293,24 @@ def build_seccomp_filter(own_pid: int) -> bytes:
     }  # fmt: skip
     for name, label in argument_rules.items():
         f.jump(BPF_JEQ, SYSCALLS_X86_64[name], if_true=label)
+    if protected_fds:
+        f.jump(BPF_JEQ, SYSCALLS_X86_64["close_range"], if_true="eperm")
+        f.jump(BPF_JEQ, SYSCALLS_X86_64["close"], if_true="first_arg_protected")
+        f.jump(BPF_JEQ, SYSCALLS_X86_64["dup2"], if_true="second_arg_protected")
+        f.jump(BPF_JEQ, SYSCALLS_X86_64["dup3"], if_true="second_arg_protected")
     f.ret(SECCOMP_RET_ALLOW)
+
+    if protected_fds:
+        f.label("first_arg_protected")
+        f.load_arg(0)
+        for fd in protected_fds:
+            f.jump(BPF_JEQ, fd, if_true="eperm")
+        f.ret(SECCOMP_RET_ALLOW)
+        f.label("second_arg_protected")
+        f.load_arg(1)
+        for fd in protected_fds:
+            f.jump(BPF_JEQ, fd, if_true="eperm")
+        f.ret(SECCOMP_RET_ALLOW)
 
     f.label("clone")  # a thread (CLONE_THREAD implies CLONE_VM), never a new process
     f.load_arg(0)
@@ -328,9 +350,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install_seccomp() -> None:
+def install_seccomp(protected_fds: tuple[int, ...] = ()) -> None:
     """Install a seccomp-BPF filter on the calling process (and its threads). Irreversible."""
-    program = build_seccomp_filter(os.getpid())
+    program = build_seccomp_filter(os.getpid(), protected_fds)
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // SOCK_FILTER.size, ctypes.addressof(buffer))
     _prctl(PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")

@@ -12,14 +12,9 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
-from apps.devices.evaluator import (
-    TARGET,
-    EvalSettings,
-    EvaluationError,
-    OperatorUnderTest,
-    evaluate_candidate,
-)
+from apps.devices.evaluator import TARGET, EvalSettings, EvaluationError, OperatorUnderTest
 from apps.devices.models import Evaluation, KernelSource, Profile
+from apps.devices.targets import target_get
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
 
@@ -48,8 +43,7 @@ def evaluation_request(
     rerun: bool = False,
 ) -> tuple[Evaluation, bool]:
     """The stored evaluation for this key; a new (or reset, with `rerun`) one to run otherwise."""
-    if target != TARGET:
-        raise DomainError(f"target {target!r} is not available (available: {TARGET})")
+    target_get(target)
     source = kernel_source_store(source_text)
     evaluation, created = Evaluation.objects.select_for_update().get_or_create(
         source=source, version=version, target=target, options_key=options.key(),
@@ -109,7 +103,7 @@ def evaluation_execute(evaluation_id: int, *, max_attempts: int) -> Evaluation:
     options = EvalSettings(**{**stored, "extra_flags": tuple(stored["extra_flags"])})
     operator = operator_under_test(evaluation.version)
     try:
-        verdict = evaluate_candidate(operator, evaluation.source.text, options)
+        verdict = target_get(evaluation.target).evaluate(operator, evaluation.source.text, options)
     except EvaluationError as error:
         return evaluation_fail(evaluation, str(error))
     return evaluation_record(evaluation, verdict)
@@ -143,7 +137,6 @@ def evaluation_start(**request: Any) -> Evaluation:
 
     evaluation, to_run = evaluation_request(**request)
     if to_run:
-        transaction.on_commit(
-            lambda: evaluate.apply_async(args=(evaluation.pk,), queue="device.cpu")
-        )
+        queue = target_get(evaluation.target).queue
+        transaction.on_commit(lambda: evaluate.apply_async(args=(evaluation.pk,), queue=queue))
     return evaluation

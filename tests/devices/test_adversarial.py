@@ -130,8 +130,9 @@ def test_a_kernel_reading_uninitialised_heap_memory_is_caught(gemm: OperatorUnde
 
     assert verdict["status"] == "incorrect"
     # MALLOC_PERTURB_ fills fresh heap memory with 0x5a bytes: 1.4e127 as a double, inf as a
-    # float, nothing like a rounding slip. (A chunk glibc recycles through its tcache keeps its
-    # old bytes instead, so a run whose scratch happened to come back zeroed can pass.)
+    # float, nothing like a rounding slip; with glibc's per-thread cache off, recycled blocks
+    # are perturbed too, so no run can get lucky.
+    assert len(failed(verdict)) == len(cases(verdict))
     perturbed = [c for c in failed(verdict) if c["max_abs"] == math.inf]
     assert len(perturbed) > len(cases(verdict)) // 2
     assert all(c["error"] == "outside the tolerance" for c in perturbed)
@@ -308,18 +309,21 @@ def test_a_faster_correct_kernel_times_faster_than_the_naive_one(
     assert faster["timed"]["speedup"] > 2 * naive["timed"]["speedup"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the timing result is reported by the candidate's own process; a kernel can print "
-    "a forged `result` line and exit (see the comment in adversarial/forges_timing.c)",
-)
 def test_a_kernel_cannot_forge_its_own_timing(gemm: OperatorUnderTest) -> None:
-    naive = evaluate(gemm, "naive", TIMED)
     forger = evaluate(gemm, "forges_timing", TIMED)
 
-    # The forger is the naive kernel: it must not time faster, unflagged, than the naive one.
-    faster = forger["timed"]["ok"] and forger["timed"]["speedup"] > 2 * naive["timed"]["speedup"]
-    assert forger["status"] != "correct" or forger["flags"] or not faster
+    assert forger["status"] == "correct"  # it is the naive kernel; only its timing is a lie
+    assert forger["timed"]["ok"] is False and "speedup" not in forger["timed"]
+    assert "the candidate process stopped during timing" in forger["timed"]["reason"]
+    assert any(f.startswith("timing refused") for f in forger["flags"])
+
+
+def test_a_kernel_cannot_answer_the_judges_timing_orders(gemm: OperatorUnderTest) -> None:
+    forger = evaluate(gemm, "forges_timing_reply", TIMED)
+
+    assert forger["status"] == "correct"
+    assert forger["timed"]["ok"] is False
+    assert "a reply the harness did not send" in forger["timed"]["reason"]
 
 
 # --- the benchmark command -----------------------------------------------------------------

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from apps.devices.compile_errors import parse_compiler_output
-from apps.devices.evaluator import EvalSettings, evaluate_candidate
+from apps.devices.evaluator import EvalSettings, Run, evaluate_candidate, timing_summary
 from apps.devices.models import Evaluation
 from apps.devices.services import (
     evaluation_execute,
@@ -120,3 +120,54 @@ def test_flags_outside_the_allowlist_are_rejected(db: None, flag: str) -> None:
         operator, "int kope_kernel;", EvalSettings(timing=False, extra_flags=(flag,))
     )
     assert verdict["status"] == "rejected" and f"flags not allowed: {flag}" in verdict["reason"]
+
+
+def test_targets_declare_what_they_run_and_unknown_ones_are_refused() -> None:
+    from apps.core.errors import DomainError
+    from apps.devices.targets import target_get
+
+    cpu = target_get("cpu-c")
+    assert cpu.queue == "device.cpu" and cpu.entry_point == "kope_kernel"
+    assert "float32" in cpu.dtypes and "float16" not in cpu.dtypes
+    with pytest.raises(DomainError, match="target 'cuda' is not available"):
+        target_get("cuda")
+
+
+def timing_run(run_id: str, elements: int, *, timing: bool) -> Run:
+    meta = {"shape": [elements], "dtype": "float32", "file": "x", "sha256": ""}
+    return Run(run_id, run_id, {}, "float32", 0, [], timing=timing,
+               generated={"inputs": [meta], "outputs": [meta], "scalars": []})  # fmt: skip
+
+
+def measured(candidate_ms: float, reference_ms: float, small_ms: float) -> dict[str, object]:
+    def samples(ms: float) -> list[int]:
+        return [int(ms * 1_000_000)] * 5
+
+    return {"candidate_ns": samples(candidate_ms), "reference_ns": samples(reference_ms),
+            "scaling_ns": samples(small_ms), "last_call_ok": True, "status": 0}  # fmt: skip
+
+
+def test_timing_flags_an_implausible_speedup_and_a_time_that_does_not_grow() -> None:
+    big, small = (
+        timing_run("big", 1_000_000, timing=True),
+        timing_run("small", 10_000, timing=False),
+    )
+    flags: list[str] = []
+    summary = timing_summary(big, small, measured(1.0, 20.0, 0.9), EvalSettings(repeats=5), flags)
+
+    assert summary["ok"] and summary["speedup"] == pytest.approx(20.0)
+    assert summary["scaling"]["work_ratio"] == pytest.approx(100.0)
+    assert flags == [
+        "implausible speedup 20.0x vs the reference: review before trusting",
+        "time does not grow with input size (100x the elements, 1.11x the time)",
+    ]
+
+
+def test_an_honest_timing_raises_no_flag() -> None:
+    big, small = (
+        timing_run("big", 1_000_000, timing=True),
+        timing_run("small", 10_000, timing=False),
+    )
+    flags: list[str] = []
+    summary = timing_summary(big, small, measured(10.0, 20.0, 0.2), EvalSettings(repeats=5), flags)
+    assert summary["speedup"] == pytest.approx(2.0) and flags == []

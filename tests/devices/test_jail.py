@@ -214,6 +214,29 @@ def test_the_filter_decides_each_call_by_number_and_arguments(nr, args, expected
     assert decide(build_seccomp_filter(OWN_PID), nr, args) == expected
 
 
+PROTECTED = (5, 9)
+
+
+@pytest.mark.parametrize(
+    ("protected", "nr", "args", "expected"),
+    [
+        (PROTECTED, NR["close"], (5,), "EPERM"),
+        (PROTECTED, NR["close"], (9,), "EPERM"),
+        (PROTECTED, NR["close"], (6,), "allow"),
+        (PROTECTED, NR["dup2"], (3, 9), "EPERM"),  # replacing the report channel
+        (PROTECTED, NR["dup2"], (9, 3), "allow"),  # copying it is harmless
+        (PROTECTED, NR["dup3"], (3, 5, 0), "EPERM"),
+        (PROTECTED, NR["close_range"], (0, 2**32 - 1, 0), "EPERM"),
+        ((), NR["close"], (5,), "allow"),
+        ((), NR["close_range"], (0, 2**32 - 1, 0), "allow"),
+    ],
+)
+def test_protected_descriptors_can_be_neither_closed_nor_replaced(
+    protected, nr, args, expected
+) -> None:
+    assert decide(build_seccomp_filter(OWN_PID, protected), nr, args) == expected
+
+
 def test_a_call_from_another_architecture_kills_the_process() -> None:
     audit_arch_i386 = 0x40000003
     assert decide(build_seccomp_filter(OWN_PID), 0, arch=audit_arch_i386) == "kill"

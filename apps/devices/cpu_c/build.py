@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -86,6 +87,7 @@ def compile_kernel(source: str, extra_flags: list[str] | tuple[str, ...] = ()) -
         result = subprocess.run(
             ["gcc", *flags, f"-I{HEADER_DIR}", "kernel.c", "-o", str(built), "-lm"],
             capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=workdir,
+            env={**os.environ, "LC_ALL": "C"},  # plain quotes in messages, whatever the locale
         )  # fmt: skip
         messages = parse_compiler_output(result.stderr, source)
         if result.returncode != 0:

@@ -1,10 +1,9 @@
 /*
- * Correct, naive, and lies about its speed. The timing harness runs in the candidate's own
- * process and reports its measurements as a `result {json}` line on stdout, which the
- * evaluator trusts when the process exits with status 0. So on the first call of a process
- * (the timing process calls the timing shape first, the correctness process a tiny case)
- * this kernel prints a result of its own making, 5x faster than the reference (below the
- * "implausible speedup" threshold), and ends the process before the harness can measure.
+ * Correct, naive, and lies about its speed: on its first call in the timing process (the
+ * first call with the timing shape) it prints a timing result of its own making, 5x faster
+ * than the reference (below the "implausible speedup" threshold), on the harness's stdout,
+ * and ends the process before it can be measured. The judge keeps the clock itself, so the
+ * printed figures count for nothing and the timing is refused.
  */
 #include "kope_kernel.h"
 
