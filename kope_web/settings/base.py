@@ -42,6 +42,8 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.operators",
     "apps.devices",
+    "apps.memory",
+    "apps.runs",
     "apps.workbench",
 ]
 

