@@ -43,6 +43,19 @@ def env_int(name: str, default: int, *, minimum: int = 0, maximum: int = 2**31) 
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float, maximum: float) -> float:
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if not minimum <= value <= maximum:  # also refuses nan
+        raise ImproperlyConfigured(f"{name}={value} is outside {minimum}..{maximum}.")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = env_str(name)
     if not raw:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
-from apps.agents.tokens import count_tokens
+from apps.core.tokens import count_tokens
 
 DEFAULT_ENCODING = "o200k_base"
 AdmissionState = Literal["admitted", "shortened", "cut"]

@@ -36,6 +36,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 # A measurement harness, so it may reach up to the agent's context packing, which the
 # retrieval feeds; nothing at run time in apps.memory imports apps.agents.
@@ -116,7 +117,8 @@ COPY_COLUMNS = (
     ("model_name", "text"), ("model_version", "text"), ("target", "text"),
     ("family", "text"), ("dtype", "text"), ("shape_class", "text"), ("correct", "bool"),
     ("operator_slug", "text"), ("iteration", "int4"), ("downstream_signal", "float8"),
-    ("value", "float8"), ("created_at", "timestamptz"),
+    ("value", "float8"), ("created_at", "timestamptz"), ("retrievals", "int4"),
+    ("adoptions", "int4"), ("adopted_operators", "jsonb"),
 )  # fmt: skip
 VECTOR_LITERAL = re.compile(r"'\[[^\]]*\]'")  # the query vector in a plan: 384 numbers
 # pgvector's binary form: int16 dimensions, int16 unused, then big-endian float32s. COPY
@@ -244,7 +246,8 @@ def synthetic_rows(
             "case", f"{BENCH_KEY_PREFIX}{start + n}", text,
             VECTOR_HEADER + big_endian[n].tobytes(), MODEL_NAME, version, str(targets[n]),
             cluster.family, str(dtypes[n]), str(shapes[n]), bool(correct[n]), cluster.operator,
-            n % 30 + 1, float(rng.normal(0, 0.3)), float(rng.uniform(-0.1, 1.0)), now,
+            n % 30 + 1, float(rng.normal(0, 0.3)), float(rng.uniform(-0.1, 1.0)), now, 0, 0,
+            Jsonb([]),
         )  # fmt: skip
 
 

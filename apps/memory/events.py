@@ -68,13 +68,32 @@ class SessionNote:
             raise PayloadError("a note needs text")
 
 
-PAYLOADS: dict[str, type[CaseRecorded] | type[SessionNote]] = {
+STAGES = ("correctness", "optimization")
+
+
+@dataclass(frozen=True)
+class ValueUpdated:
+    """ATU at the end of a stage: its score, and each credited item's old and new V."""
+
+    stage: str
+    operator: str
+    score: float
+    items: list[dict[str, Any]]  # [{"key", "feedback", "old", "new", "retrievals"}]
+
+    def check(self) -> None:
+        if self.stage not in STAGES:
+            raise PayloadError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
+
+
+Payload = CaseRecorded | SessionNote | ValueUpdated
+PAYLOADS: dict[str, type[CaseRecorded] | type[SessionNote] | type[ValueUpdated]] = {
     "case_recorded": CaseRecorded,
     "session_note": SessionNote,
+    "value_updated": ValueUpdated,
 }
 
 
-def typed_payload(kind: str, payload: dict[str, Any]) -> CaseRecorded | SessionNote:
+def typed_payload(kind: str, payload: dict[str, Any]) -> Payload:
     """The payload as its dataclass; PayloadError saying what is wrong, where."""
     schema = PAYLOADS.get(kind)
     if schema is None:
@@ -91,5 +110,5 @@ def typed_payload(kind: str, payload: dict[str, Any]) -> CaseRecorded | SessionN
     return typed
 
 
-def payload_of(event: CaseRecorded | SessionNote) -> dict[str, Any]:
+def payload_of(event: Payload) -> dict[str, Any]:
     return asdict(event)

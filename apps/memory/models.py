@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings as django_settings
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
@@ -113,7 +114,10 @@ class MemoryVector(models.Model):
     )
     iteration = models.PositiveIntegerField(null=True, blank=True)
     downstream_signal = models.FloatField(default=0.0)  # what happened in the successors
-    value = models.FloatField(default=0.0)  # the learning issue's V
+    value = models.FloatField(default=0.0)  # ATU's value score V
+    retrievals = models.PositiveIntegerField(default=0)  # N: scored stages it was retrieved in
+    adoptions = models.PositiveIntegerField(default=0)
+    adopted_operators = models.JSONField(default=list)  # distinct operator slugs
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -127,3 +131,84 @@ class MemoryVector(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class Rule(models.Model):
+    """Standing guidance distilled from an experience that earned it (UGC). A person decides:
+    candidate -> pending review -> approved (eligible for hot memory) or vetoed; later
+    possibly retired. The rule shares its source experience's key and value score."""
+
+    class Status(models.TextChoices):
+        CANDIDATE = "candidate"
+        PENDING = "pending"
+        APPROVED = "approved"
+        VETOED = "vetoed"
+        RETIRED = "retired"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="rules")
+    source_key = models.CharField(max_length=100)  # the experience's MemoryVector key
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CANDIDATE)
+    approved_version = models.ForeignKey(
+        "RuleVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    frequency = models.FloatField(default=0.0)  # access frequency estimate (UGC)
+    reserved_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "source_key"], name="one_rule_per_source"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.pk} ({self.status})"
+
+
+class RuleVersion(models.Model):
+    """An immutable wording of a rule; approval is of a version."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    statement = models.TextField()  # what to do
+    applies_when = models.TextField()  # conditions
+    not_when = models.TextField(blank=True)  # when it does not apply
+    evidence = models.JSONField(default=dict)  # source experiences, operators, measured effects
+    tokens = models.PositiveIntegerField()
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rule", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "number"], name="rule_version_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule} v{self.number}"
+
+
+class RuleTransition(models.Model):
+    """Who moved a rule from one state to another, when, on which version, and why."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="transitions")
+    version = models.ForeignKey(RuleVersion, null=True, blank=True, on_delete=models.PROTECT)
+    from_status = models.CharField(max_length=10, blank=True)
+    to_status = models.CharField(max_length=10)
+    actor = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    comment = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rule", "at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.from_status or '-'} -> {self.to_status}"

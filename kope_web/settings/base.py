@@ -9,6 +9,7 @@ from csp.constants import NONE, SELF
 from kope_web.env import (
     env_bool,
     env_database_url,
+    env_float,
     env_int,
     env_list,
     env_redis_url,
@@ -231,3 +232,10 @@ KOPE_EVAL_TIMEOUT_S = env_int("KOPE_EVAL_TIMEOUT_S", 120, minimum=1)
 KOPE_EVAL_MEMORY_MB = env_int("KOPE_EVAL_MEMORY_MB", 8192, minimum=512)
 KOPE_EVAL_MAX_ATTEMPTS = env_int("KOPE_EVAL_MAX_ATTEMPTS", 2, minimum=1, maximum=10)
 KOPE_EVAL_WORK_DIR = env_str("KOPE_EVAL_WORK_DIR", "")
+
+# --- Learning from use (SAGE): ATU value scores and UGC consolidation -----------------------
+KOPE_ATU_MIN_RATE = env_float("KOPE_ATU_MIN_RATE", 0.05, minimum=0.0, maximum=1.0)
+KOPE_UGC_MIN_ADOPTIONS = env_int("KOPE_UGC_MIN_ADOPTIONS", 3, minimum=1)
+KOPE_UGC_MIN_OPERATORS = env_int("KOPE_UGC_MIN_OPERATORS", 3, minimum=1)
+KOPE_HOT_MEMORY_TOKENS = env_int("KOPE_HOT_MEMORY_TOKENS", 10_000, minimum=100)
+KOPE_HOT_FREQUENCY_BETA = env_float("KOPE_HOT_FREQUENCY_BETA", 0.1, minimum=0.0, maximum=1.0)

@@ -16,7 +16,7 @@ import pytest
 
 from apps.agents.coldstart import cold_start_documents, document_text, first_section
 from apps.agents.context import Tier, pack
-from apps.agents.tokens import count_tokens
+from apps.core.tokens import count_tokens
 from apps.devices.cpu_c.build import ALLOWED_EXTRA_FLAGS, BASE_FLAGS
 from apps.devices.cpu_c.harness import Call, load_kernel
 from apps.devices.symbols import symbol_problems

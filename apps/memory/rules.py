@@ -1,0 +1,175 @@
+"""Rules and the human gate to hot memory.
+
+Only reviewers and admins approve, veto, edit or retire a rule: the check is here, in the
+service layer, so pages, the API and scripts all obey it. Every transition is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.accounts.models import Team
+from apps.accounts.roles import Permission
+from apps.accounts.selectors import membership_for
+from apps.core.errors import Conflict, DomainError
+from apps.core.tokens import count_tokens
+from apps.memory.learning import Resident, choose_hot_memory
+from apps.memory.models import MemoryVector, Rule, RuleTransition, RuleVersion
+
+RESERVATION = timedelta(minutes=5)
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+@dataclass(frozen=True)
+class Wording:
+    statement: str
+    applies_when: str
+    not_when: str = ""
+
+    def check(self) -> None:
+        if not self.statement.strip() or not self.applies_when.strip():
+            raise DomainError("a rule needs a statement and the conditions it applies under")
+
+    def as_text(self) -> str:
+        parts = [self.statement.strip(), f"Applies when: {self.applies_when.strip()}"]
+        if self.not_when.strip():
+            parts.append(f"Not when: {self.not_when.strip()}")
+        return "\n".join(parts)
+
+
+def require_reviewer(user: AnyUser, team: Team) -> None:
+    """PermissionDenied (or NotFound for an outsider) unless the user may review rules."""
+    membership_for(user, team.slug, Permission.REVIEW)
+
+
+def _transition(rule: Rule, to_status: str, *, actor: Any, version: RuleVersion | None,
+                comment: str = "") -> None:  # fmt: skip
+    RuleTransition.objects.create(rule=rule, version=version, from_status=rule.status,
+                                  to_status=to_status, actor=actor, comment=comment)  # fmt: skip
+    rule.status = to_status
+
+
+def _new_version(rule: Rule, wording: Wording, evidence: dict[str, Any], actor: Any) -> RuleVersion:
+    wording.check()
+    number = (rule.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    return RuleVersion.objects.create(
+        rule=rule, number=number, statement=wording.statement.strip(),
+        applies_when=wording.applies_when.strip(), not_when=wording.not_when.strip(),
+        evidence=evidence, tokens=count_tokens(wording.as_text()), created_by=actor,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def rule_propose(
+    *, team: Team, source_key: str, wording: Wording, evidence: dict[str, Any]
+) -> Rule:
+    """A candidate from consolidation, put up for review. A source that already has a rule
+    keeps it: a vetoed rule is never proposed again."""
+    existing = Rule.objects.select_for_update().filter(team=team, source_key=source_key).first()
+    if existing is not None:
+        return existing
+    rule = Rule.objects.create(team=team, source_key=source_key)
+    version = _new_version(rule, wording, evidence, None)
+    RuleTransition.objects.create(rule=rule, version=version, to_status=Rule.Status.CANDIDATE)
+    _transition(rule, Rule.Status.PENDING, actor=None, version=version,
+                comment="proposed by consolidation")  # fmt: skip
+    rule.save(update_fields=["status"])
+    return rule
+
+
+def _locked(rule: Rule, user: AnyUser) -> Rule:
+    locked = Rule.objects.select_for_update().select_related("team").get(pk=rule.pk)
+    require_reviewer(user, locked.team)
+    held_by_other = locked.reserved_by_id not in (None, user.pk)
+    if held_by_other and locked.reserved_until and locked.reserved_until > timezone.now():
+        raise Conflict(f"{locked.reserved_by} is reviewing this rule until "
+                       f"{locked.reserved_until:%H:%M:%S}")  # fmt: skip
+    return locked
+
+
+@transaction.atomic
+def rule_reserve(*, rule: Rule, user: AnyUser) -> Rule:
+    """Whoever opens a rule for review holds it for a few minutes; a second reviewer is told."""
+    locked = _locked(rule, user)
+    locked.reserved_by_id, locked.reserved_until = user.pk, timezone.now() + RESERVATION
+    locked.save(update_fields=["reserved_by", "reserved_until"])
+    return locked
+
+
+@transaction.atomic
+def rule_approve(*, rule: Rule, user: AnyUser, version_number: int, comment: str = "") -> Rule:
+    locked = _locked(rule, user)
+    if locked.status not in (Rule.Status.PENDING, Rule.Status.APPROVED):
+        raise Conflict(f"a {locked.status} rule cannot be approved")
+    version = locked.versions.filter(number=version_number).first()
+    if version is None:
+        raise DomainError(f"rule {locked.pk} has no version {version_number}")
+    _transition(locked, Rule.Status.APPROVED, actor=user, version=version, comment=comment)
+    locked.approved_version = version
+    locked.reserved_by, locked.reserved_until = None, None
+    locked.save(update_fields=["status", "approved_version", "reserved_by", "reserved_until"])
+    return locked
+
+
+@transaction.atomic
+def rule_veto(*, rule: Rule, user: AnyUser, reason: str) -> Rule:
+    """Vetoed rules keep their evidence and the reason; they never reach hot memory again."""
+    if not reason.strip():
+        raise DomainError("a veto needs a reason")
+    locked = _locked(rule, user)
+    if locked.status in (Rule.Status.VETOED, Rule.Status.RETIRED):
+        raise Conflict(f"the rule is already {locked.status}")
+    _transition(locked, Rule.Status.VETOED, actor=user, version=None, comment=reason.strip())
+    locked.approved_version = None
+    locked.reserved_by, locked.reserved_until = None, None
+    locked.save(update_fields=["status", "approved_version", "reserved_by", "reserved_until"])
+    return locked
+
+
+@transaction.atomic
+def rule_edit(*, rule: Rule, user: AnyUser, wording: Wording, comment: str = "") -> RuleVersion:
+    """A new immutable version; the rule goes back to review (approval is of a version)."""
+    locked = _locked(rule, user)
+    if locked.status == Rule.Status.VETOED:
+        raise Conflict("a vetoed rule cannot be edited back into review")
+    latest = locked.versions.order_by("-number").first()
+    version = _new_version(locked, wording, latest.evidence if latest else {}, user)
+    _transition(locked, Rule.Status.PENDING, actor=user, version=version, comment=comment)
+    locked.save(update_fields=["status"])
+    return version
+
+
+@transaction.atomic
+def rule_retire(*, rule: Rule, user: AnyUser, comment: str = "") -> Rule:
+    locked = _locked(rule, user)
+    _transition(locked, Rule.Status.RETIRED, actor=user, version=None, comment=comment)
+    locked.save(update_fields=["status"])
+    return locked
+
+
+def hot_memory(team: Team, *, budget_tokens: int | None = None) -> list[RuleVersion]:
+    """Rebuilt from empty: approved rules by V x frequency / tokens, greedily under the budget.
+    Only approved versions take part, so a vetoed or pending rule never enters."""
+    budget = settings.KOPE_HOT_MEMORY_TOKENS if budget_tokens is None else budget_tokens
+    approved = Rule.objects.filter(team=team, status=Rule.Status.APPROVED)
+    versions = {
+        f"rule:{r.pk}": (r, r.approved_version)
+        for r in approved.select_related("approved_version")
+        if r.approved_version is not None
+    }
+    sources = [rule.source_key for rule, _ in versions.values()]
+    values = dict(MemoryVector.objects.filter(key__in=sources).values_list("key", "value"))
+    residents = [
+        Resident(key, values.get(rule.source_key, 0.0), rule.frequency, version.tokens)
+        for key, (rule, version) in versions.items()
+    ]
+    return [versions[r.key][1] for r in choose_hot_memory(residents, budget)]

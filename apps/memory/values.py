@@ -1,0 +1,152 @@
+"""Learning from use in the database: ATU credit at the end of a stage, the UGC gate, hot
+memory frequencies. The arithmetic is apps/memory/learning.py; this module applies it, and
+records every value update as a journal event (old and new V per item), so a value history
+can be plotted and cannot be rewritten.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+
+from apps.accounts.models import Team
+from apps.memory.journal import journal_append
+from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
+from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
+from apps.memory.rules import Wording, rule_propose
+
+
+class MemoryMode(StrEnum):
+    """How a session uses memory: not at all, retrieving only (it writes nothing: SAGE's
+    cross-model transfer test), or retrieving and learning."""
+
+    OFF = "off"
+    READ_ONLY = "read_only"
+    READ_WRITE = "read_write"
+
+
+def stage_credit(
+    *,
+    session_id: int,
+    mode: MemoryMode,
+    stage: str,
+    operator: str,
+    score: float,
+    retrieved: list[str],
+    adopted: list[str],
+) -> JournalEvent | None:
+    """Credit the items of one finished stage (deduplicated); None when the mode writes
+    nothing or nothing was credited."""
+    if mode != MemoryMode.READ_WRITE:
+        return None
+    feedback = credit(score, retrieved, adopted)
+    if not feedback:
+        return None
+    with transaction.atomic():
+        items = [
+            _apply(key, value, operator, key in adopted) for key, value in sorted(feedback.items())
+        ]
+        payload = {
+            "stage": stage,
+            "operator": operator,
+            "score": score,
+            "items": [i for i in items if i],
+        }
+        return journal_append(session_id=session_id, kind="value_updated", payload=payload)
+
+
+def _apply(key: str, feedback: float, operator: str, was_adopted: bool) -> dict[str, Any] | None:
+    item = MemoryVector.objects.select_for_update().filter(key=key).first()
+    if item is None:
+        return None  # an item that has left memory is not credited
+    old = item.value
+    item.value = updated_value(old, feedback, item.retrievals, settings.KOPE_ATU_MIN_RATE)
+    item.retrievals += 1
+    if was_adopted:
+        item.adoptions += 1
+        item.adopted_operators = sorted({*item.adopted_operators, operator})
+    item.save(update_fields=["value", "retrievals", "adoptions", "adopted_operators"])
+    return {"key": key, "feedback": feedback, "old": old, "new": item.value,
+            "retrievals": item.retrievals}  # fmt: skip
+
+
+def value_history(key: str) -> list[dict[str, Any]]:
+    """Every update of one item's V, oldest first, from the journal."""
+    events = JournalEvent.objects.filter(
+        kind="value_updated", payload__items__contains=[{"key": key}]
+    )
+    history = []
+    for event in events.order_by("created_at", "pk"):
+        item = next(i for i in event.payload["items"] if i["key"] == key)
+        stage = event.payload["stage"]
+        history.append({"at": event.created_at, "session": event.session_id, "stage": stage,
+                        "old": item["old"], "new": item["new"]})  # fmt: skip
+    return history
+
+
+def rule_candidates(team: Team) -> QuerySet[MemoryVector]:
+    """The team's experiences past the UGC gate that have no rule yet."""
+    has_rule = Rule.objects.filter(team=team).values("source_key")
+    items = MemoryVector.objects.filter(team=team, kind=MemoryVector.Kind.CASE, value__gt=0,
+                                        adoptions__gte=settings.KOPE_UGC_MIN_ADOPTIONS)  # fmt: skip
+    return items.exclude(key__in=has_rule)
+
+
+def consolidate(team: Team, *, mode: MemoryMode) -> list[Rule]:
+    """UGC: propose a rule for each experience that earned one (deterministic summary)."""
+    if mode != MemoryMode.READ_WRITE:
+        return []
+    proposed = []
+    for item in rule_candidates(team):
+        usage = Usage(item.value, item.adoptions, len(item.adopted_operators))
+        if is_rule_candidate(usage, min_adoptions=settings.KOPE_UGC_MIN_ADOPTIONS,
+                             min_operators=settings.KOPE_UGC_MIN_OPERATORS):  # fmt: skip
+            proposed.append(rule_propose(team=team, source_key=item.key, wording=summarize(item),
+                                         evidence=evidence_of(item)))  # fmt: skip
+    return proposed
+
+
+def evidence_of(item: MemoryVector) -> dict[str, Any]:
+    case = Case.objects.filter(pk=_case_id(item.key)).first()
+    return {
+        "source": item.key, "value": item.value, "adoptions": item.adoptions,
+        "operators": item.adopted_operators,
+        "measured": {"speedup_vs_reference": case.speedup_vs_reference,
+                     "speedup_vs_parent": case.speedup_vs_parent} if case else {},
+    }  # fmt: skip
+
+
+def summarize(item: MemoryVector) -> Wording:
+    """The deterministic distiller (the Claude policy distills with the model when set up)."""
+    case = Case.objects.filter(pk=_case_id(item.key)).first()
+    statement = case.strategy.strip().splitlines()[0][:300] if case else item.text[:300]
+    operators = ", ".join(item.adopted_operators)
+    kind = f"{item.family or 'these'} operators on {item.target or 'this target'}"
+    applies = f"{kind}; adopted on {operators}"
+    gain = (
+        f" (speedup vs parent {case.speedup_vs_parent:.2f}x)"
+        if case and case.speedup_vs_parent
+        else ""
+    )
+    return Wording(statement=statement + gain, applies_when=applies,
+                   not_when="untested outside the operators listed as evidence")  # fmt: skip
+
+
+def _case_id(key: str) -> int | None:
+    prefix, _, number = key.partition(":")
+    return int(number) if prefix == "case" and number.isdigit() else None
+
+
+def record_hot_memory_use(team: Team, used_rule_ids: set[int], *, mode: MemoryMode) -> None:
+    """Once per stage: freq <- (1 - beta) freq + beta * used for every resident rule."""
+    if mode != MemoryMode.READ_WRITE:
+        return
+    beta = settings.KOPE_HOT_FREQUENCY_BETA
+    with transaction.atomic():
+        for rule in Rule.objects.select_for_update().filter(team=team, status=Rule.Status.APPROVED):
+            rule.frequency = next_frequency(rule.frequency, rule.pk in used_rule_ids, beta)
+            rule.save(update_fields=["frequency"])
