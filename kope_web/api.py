@@ -10,6 +10,7 @@ from apps.accounts.api import router as accounts_router
 from apps.core.api_auth import API_AUTH
 from apps.core.errors import DomainError
 from apps.devices.api import router as devices_router
+from apps.memory.api import router as memory_router
 from apps.operators.api import router as operators_router
 
 api = NinjaAPI(
@@ -21,6 +22,7 @@ api = NinjaAPI(
 api.add_router("/", accounts_router)
 api.add_router("/", devices_router)
 api.add_router("/", operators_router)
+api.add_router("/", memory_router)
 
 
 def error_body(code: str, message: str, **extra: object) -> dict[str, object]:

@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.accounts.roles import Permission, Role, role_allows
+from apps.memory.rules import Wording, rule_propose
 from apps.operators.models import ImportRun
 from apps.operators.services import suite_set
 from tests.factories import MembershipFactory, stored_builtin
@@ -99,6 +100,35 @@ API = [
     Endpoint("api:create_import", "post", "/api/teams/{team}/imports", Permission.RUN, IMPORT),
     Endpoint("api:list_imports", "get", "/api/teams/{team}/imports", Permission.VIEW),
     Endpoint("api:get_import", "get", "/api/teams/{team}/imports/{import_id}", Permission.VIEW),
+    Endpoint("api:list_rules", "get", "/api/teams/{team}/rules", Permission.VIEW),
+    Endpoint("api:get_rule", "get", "/api/teams/{team}/rules/{rule_id}", Permission.VIEW),
+    Endpoint(
+        "api:reserve_rule", "post", "/api/teams/{team}/rules/{rule_id}/reserve", Permission.REVIEW
+    ),
+    Endpoint(
+        "api:approve_rule",
+        "post",
+        "/api/teams/{team}/rules/{rule_id}/approve",
+        Permission.REVIEW,
+        {"version": "1"},
+    ),
+    Endpoint(
+        "api:veto_rule",
+        "post",
+        "/api/teams/{team}/rules/{rule_id}/veto",
+        Permission.REVIEW,
+        {"reason": "only true on one host"},
+    ),
+    Endpoint(
+        "api:edit_rule",
+        "put",
+        "/api/teams/{team}/rules/{rule_id}",
+        Permission.REVIEW,
+        {"statement": "Tile by 32", "applies_when": "small caches"},
+    ),
+    Endpoint(
+        "api:retire_rule", "post", "/api/teams/{team}/rules/{rule_id}/retire", Permission.REVIEW, {}
+    ),
 ]
 # Not team-scoped: any logged-in user acts on their own account.
 USER_SCOPED = {
@@ -140,13 +170,15 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
     stored_builtin("cumsum", team)
     suite_set(team=None, slug="pair", name="A pair", operators=[relu.operator])
     run = ImportRun.objects.create(team=team, path=str(SAMPLES), format="kernelbench")
-    return {"import_id": run.pk}
+    rule = rule_propose(team=team, source_key="case:1", evidence={},
+                        wording=Wording("Tile the k loop", "matmul-like loops"))  # fmt: skip
+    return {"import_id": run.pk, "rule_id": rule.pk}
 
 
 def call(
     client: Client, endpoint: Endpoint, team: str, member: str, ids: dict[str, object] | None = None
 ) -> int:
-    url = endpoint.url(team, member, **(ids or {"import_id": 0}))
+    url = endpoint.url(team, member, **(ids or {"import_id": 0, "rule_id": 0}))
     body = {k: v.format(member=member) for k, v in (endpoint.body or {}).items()}
     if endpoint.name.startswith("api:"):
         response = getattr(client, endpoint.method)(url, body, content_type="application/json")
