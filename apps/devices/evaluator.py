@@ -492,10 +492,12 @@ def read_array(path: Path, meta: dict[str, Any]) -> np.ndarray | None:
 
 
 def compare_output(workspace: Workspace, run: Run, index: int, meta: dict[str, Any],
-                   spec: OperatorSpec) -> dict[str, Any]:  # fmt: skip
+                   spec: OperatorSpec, *, produced: str = "out") -> dict[str, Any]:  # fmt: skip
+    """One output against the reference's; `produced` names the file the harness wrote:
+    "out" for a correctness run, "last" for the last timed call."""
     source_id = run.repeat_of or run.run_id
     expected = read_array(workspace.judge / f"{source_id}.out{index}", meta)
-    actual = read_array(workspace.sandbox / f"{run.run_id}.out{index}", meta)
+    actual = read_array(workspace.sandbox / f"{run.run_id}.{produced}{index}", meta)
     result = {"shape_ok": actual is not None, "within_tolerance": False, "max_abs": float("inf"),
               "max_rel": float("inf"), "problem": ""}  # fmt: skip
     if expected is None or actual is None:
@@ -591,7 +593,7 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
         "run": {**harness_run(run), "outputs": last_outputs, "params": run.params,
                 "scalars": run.generated["scalars"]},
         "reference": {"kind": operator.reference_kind, "source": operator.reference_source},
-        "scaling": scaling_plan(scaling, options),
+        "scaling": scaling_plan(scaling),
     }  # fmt: skip
     manifest = {
         "mode": "timing",
@@ -606,19 +608,11 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
     except TimingRefused as error:
         flags.append(f"timing refused: {error}")
         return {"ok": False, "reason": str(error)}
-    last_ok = all(compare_last_output(workspace, run, i, m, operator.spec)
-                  for i, m in enumerate(run.generated["outputs"]))  # fmt: skip
+    last_ok = all(
+        compare_output(workspace, run, i, m, operator.spec, produced="last")["within_tolerance"]
+        for i, m in enumerate(run.generated["outputs"])
+    )
     return timing_summary(run, scaling, {**measured, "last_call_ok": last_ok}, options, flags)
-
-
-def compare_last_output(workspace: Workspace, run: Run, index: int, meta: dict[str, Any],
-                        spec: OperatorSpec) -> bool:  # fmt: skip
-    expected = read_array(workspace.judge / f"{run.run_id}.out{index}", meta)
-    actual = read_array(workspace.sandbox / f"{run.run_id}.last{index}", meta)
-    if expected is None or actual is None:
-        return False
-    pairs = chunks(actual.reshape(-1), expected.reshape(-1))
-    return all(chunk_errors(a, e, spec)[2] for a, e in pairs)
 
 
 # --- the judge's clock: it drives every timed call over a pipe and timestamps the replies ----
@@ -714,10 +708,8 @@ def crash_detail(returncode: int, log: Path) -> str:
     return f" (killed by {signal.Signals(-returncode).name}: {' | '.join(others) or 'no message'})"
 
 
-def scaling_plan(scaling: Run | None, options: EvalSettings) -> dict[str, Any] | None:
-    if scaling is None:
-        return None
-    return {**harness_run(scaling), "repeats": max(5, options.repeats // 5)}
+def scaling_plan(scaling: Run | None) -> dict[str, Any] | None:
+    return harness_run(scaling) if scaling is not None else None
 
 
 def scaling_run(runs: list[Run], timing: Run) -> Run | None:
