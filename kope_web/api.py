@@ -12,6 +12,7 @@ from apps.core.errors import DomainError
 from apps.devices.api import router as devices_router
 from apps.memory.api import router as memory_router
 from apps.operators.api import router as operators_router
+from apps.runs.api import router as runs_router
 
 api = NinjaAPI(
     title="KOPE Workbench API",
@@ -23,6 +24,7 @@ api.add_router("/", accounts_router)
 api.add_router("/", devices_router)
 api.add_router("/", operators_router)
 api.add_router("/", memory_router)
+api.add_router("/", runs_router)
 
 
 def error_body(code: str, message: str, **extra: object) -> dict[str, object]:

@@ -21,3 +21,6 @@ def database_params() -> dict[str, Any]:
 class DatabaseChannelLayer(PostgresChannelLayer):  # type: ignore[misc]
     def __init__(self, **config: Any) -> None:
         super().__init__(**config, **database_params())
+        # Leaving a group goes through Django's ORM under the alias "channels_postgres", which
+        # this project does not define: its tables live in the default database.
+        self.django_db.using = "default"

@@ -15,9 +15,11 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.accounts.roles import Permission, Role, role_allows
+from apps.memory.journal import journal_append
 from apps.memory.rules import Wording, rule_propose
 from apps.operators.models import ImportRun
 from apps.operators.services import suite_set
+from apps.runs.services import session_create, session_pause
 from tests.factories import MembershipFactory, stored_builtin
 from tests.operators.conftest import SAMPLES
 
@@ -30,7 +32,7 @@ class Endpoint:
     method: str
     path: str  # {team} and {member} are filled in per test
     needs: Permission
-    body: dict[str, str] | None = None
+    body: dict[str, object] | None = None
 
     def url(self, team: str, member: str, **ids: object) -> str:
         return self.path.format(team=team, member=member, **ids)
@@ -129,6 +131,36 @@ API = [
     Endpoint(
         "api:retire_rule", "post", "/api/teams/{team}/rules/{rule_id}/retire", Permission.REVIEW, {}
     ),
+    Endpoint("api:list_sessions", "get", "/api/teams/{team}/sessions", Permission.VIEW),
+    Endpoint(
+        "api:create_session",
+        "post",
+        "/api/teams/{team}/sessions",
+        Permission.RUN,
+        {"operators": ["relu"], "budgets": {"rounds": 2}},
+    ),
+    Endpoint("api:get_session", "get", "/api/teams/{team}/sessions/{session_id}", Permission.VIEW),
+    Endpoint(
+        "api:session_events",
+        "get",
+        "/api/teams/{team}/sessions/{session_id}/events?since=1",
+        Permission.VIEW,
+    ),
+    Endpoint(
+        "api:pause_session", "post", "/api/teams/{team}/sessions/{session_id}/pause", Permission.RUN
+    ),
+    Endpoint(
+        "api:resume_session",
+        "post",
+        "/api/teams/{team}/sessions/{paused_id}/resume",
+        Permission.RUN,
+    ),
+    Endpoint(
+        "api:stop_session", "post", "/api/teams/{team}/sessions/{session_id}/stop", Permission.RUN
+    ),
+    Endpoint(
+        "api:rerun_session", "post", "/api/teams/{team}/sessions/{session_id}/rerun", Permission.RUN
+    ),
 ]
 # Not team-scoped: any logged-in user acts on their own account.
 USER_SCOPED = {
@@ -145,6 +177,9 @@ USER_SCOPED = {
     "api:api-root",
 }
 OUTSIDE_THE_MATRIX = {"login", "logout"}  # login is public; logout is tested with auth
+
+
+OBJECT_IDS = ("import_id", "rule_id", "session_id", "paused_id")
 
 
 def expected_status(role: Role | str, needs: Permission) -> str:
@@ -172,14 +207,22 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
     run = ImportRun.objects.create(team=team, path=str(SAMPLES), format="kernelbench")
     rule = rule_propose(team=team, source_key="case:1", evidence={},
                         wording=Wording("Tile the k loop", "matmul-like loops"))  # fmt: skip
-    return {"import_id": run.pk, "rule_id": rule.pk}
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    journal_append(session_id=session.pk, kind="session_note", payload={"text": "a note"})
+    paused = session_create(team=team, user=None, operators=["relu"], start=False)
+    session_pause(session=paused, user=None)
+    return {"import_id": run.pk, "rule_id": rule.pk, "session_id": session.pk,
+            "paused_id": paused.pk}  # fmt: skip
 
 
 def call(
     client: Client, endpoint: Endpoint, team: str, member: str, ids: dict[str, object] | None = None
 ) -> int:
-    url = endpoint.url(team, member, **(ids or {"import_id": 0, "rule_id": 0}))
-    body = {k: v.format(member=member) for k, v in (endpoint.body or {}).items()}
+    url = endpoint.url(team, member, **(ids or dict.fromkeys(OBJECT_IDS, 0)))
+    body = {
+        k: v.format(member=member) if isinstance(v, str) else v
+        for k, v in (endpoint.body or {}).items()
+    }
     if endpoint.name.startswith("api:"):
         response = getattr(client, endpoint.method)(url, body, content_type="application/json")
     else:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from typing import TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+logger = logging.getLogger(__name__)
+
 
 class EventKind(StrEnum):
     WORKER_ALIVE = "worker.alive"
+    SESSION_EVENT = "session.event"
 
 
 class WorkerAlive(TypedDict):
@@ -20,11 +24,25 @@ class WorkerAlive(TypedDict):
     answered_at: str
 
 
-EventPayload = WorkerAlive
+class SessionEvent(TypedDict):
+    """A journal event as the session's watchers receive it."""
+
+    session: int
+    seq: int
+    kind: str
+    payload: dict[str, object]
+    at: str
+
+
+EventPayload = WorkerAlive | SessionEvent
 
 
 def team_group(team_id: int) -> str:
     return f"team-{team_id}"
+
+
+def session_group(session_id: int) -> str:
+    return f"session-{session_id}"
 
 
 def handler_name(kind: EventKind) -> str:
@@ -36,3 +54,12 @@ def publish(group: str, kind: EventKind, payload: EventPayload) -> None:
     layer = get_channel_layer()
     message = {"type": kind.value, "kind": kind.value, "payload": dict(payload)}
     async_to_sync(layer.group_send)(group, message)
+
+
+def publish_quietly(group: str, kind: EventKind, payload: EventPayload) -> None:
+    """Publish, and only log when the channel layer is down: watchers catch up from the
+    journal when they reconnect, so a lost live message loses nothing."""
+    try:
+        publish(group, kind, payload)
+    except Exception:  # any layer failure (Redis restarting, PostgreSQL gone) is the same here
+        logger.warning("could not publish %s to %s", kind.value, group, exc_info=True)

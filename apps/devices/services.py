@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -109,8 +110,21 @@ def evaluation_execute(evaluation_id: int, *, max_attempts: int) -> Evaluation:
     return evaluation_record(evaluation, verdict)
 
 
+def json_safe(value: Any) -> Any:
+    """The verdict as JSON PostgreSQL accepts: an error of infinity (a NaN or a missing output)
+    becomes the string "inf" ("-inf", "nan"), which JSON has no number for."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 @transaction.atomic
 def evaluation_record(evaluation: Evaluation, verdict: dict[str, Any]) -> Evaluation:
+    verdict = json_safe(verdict)
     profiled = verdict.get("profiled")
     if profiled and profiled.get("ok"):
         stored = Profile.objects.create(evaluation=evaluation, tool=profiled["profile"]["tool"],

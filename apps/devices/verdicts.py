@@ -53,7 +53,7 @@ def _correct(correct: dict[str, Any] | None) -> list[str]:
     for case in correct["cases"]:
         if not case["passed"]:
             errors = (
-                f" max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+                f" max_abs={_number(case['max_abs'])} max_rel={_number(case['max_rel'])}"
                 if "max_abs" in case
                 else ""
             )
@@ -75,6 +75,11 @@ def _timed(timed: dict[str, Any] | None) -> list[str]:
         f"  reference {_stats(timed['reference'])}",
         f"  speedup vs PyTorch eager: {timed['speedup']:.2f}x",
     ]
+
+
+def _number(value: float | str) -> str:
+    """A stored error: a float, or "inf"/"nan" (JSON has no number for them)."""
+    return f"{value:.3g}" if isinstance(value, int | float) else str(value)
 
 
 def _stats(stats: dict[str, float]) -> str:

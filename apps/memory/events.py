@@ -85,11 +85,197 @@ class ValueUpdated:
             raise PayloadError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
 
 
-Payload = CaseRecorded | SessionNote | ValueUpdated
-PAYLOADS: dict[str, type[CaseRecorded] | type[SessionNote] | type[ValueUpdated]] = {
+# --- the loop's steps (apps/runs/loop.py); `operator` is the operator's slug ----------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of the loop with no rule beyond its fields' types."""
+
+    def check(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class SessionStarted(Step):
+    policy: str
+    memory_mode: str
+    operators: list[str]
+    target: str
+
+
+@dataclass(frozen=True)
+class OperatorStarted(Step):
+    operator: str
+    version_id: int
+    position: int
+    start: str  # where the first kernel comes from: "starting kernel" or "uploaded"
+
+
+@dataclass(frozen=True)
+class IterationStarted(Step):
+    operator: str
+    iteration: int
+    stage: str
+    rounds_left: int
+
+
+@dataclass(frozen=True)
+class ContextAssembled(Step):
+    """What the policy was shown: tokens per tier, what was admitted, cut, retrieved."""
+
+    operator: str
+    iteration: int
+    tokens: int
+    budget: int
+    tokens_per_tier: dict[str, int]
+    admitted: list[str]
+    shortened: list[str]
+    cut: list[str]
+    retrieved: list[dict[str, Any]]  # [{"key", "kind", "operator", "similarity", "value"}]
+    hot_rules: list[str]
+
+
+@dataclass(frozen=True)
+class CandidateProposed(Step):
+    operator: str
+    iteration: int
+    strategy: str
+    source_sha256: str
+    parent_case_id: int | None
+    flags: list[str] = field(default_factory=list)
+    threads: int = 1
+    adopted: list[dict[str, str]] = field(default_factory=list)
+    retrieved: list[str] = field(default_factory=list)  # what was in context or looked up
+    rationale: str = ""
+
+    def check(self) -> None:
+        if not self.strategy.strip():
+            raise PayloadError("a candidate needs a strategy")
+        if self.threads < 1:
+            raise PayloadError(f"threads must be at least 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class ModelCalled(Step):
+    """One request to the model: its usage, charged to the session's token budget."""
+
+    operator: str
+    iteration: int
+    model: str
+    usage: dict[str, int]
+    attempts: int = 1
+
+
+@dataclass(frozen=True)
+class ToolCalled(Step):
+    operator: str
+    iteration: int
+    tool: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Evaluated(Step):
+    """`compiled`, `case_results` and `timed`: one part of the verdict each."""
+
+    operator: str
+    iteration: int
+    evaluation_id: int
+    ok: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IncumbentReplaced(Step):
+    operator: str
+    iteration: int
+    case_id: int
+    previous_case_id: int | None
+    latency_ms: float
+    previous_latency_ms: float | None
+
+
+@dataclass(frozen=True)
+class AdoptionRecorded(Step):
+    operator: str
+    iteration: int
+    case_id: int
+    retrieved: list[str]
+    adopted: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class StageScored(Step):
+    operator: str
+    stage: str
+    score: float
+    retrieved: list[str]
+    adopted: list[str]
+    latency_first_ms: float | None = None
+    latency_best_ms: float | None = None
+
+    def check(self) -> None:
+        if self.stage not in STAGES:
+            raise PayloadError(f"stage {self.stage!r} is not one of {', '.join(STAGES)}")
+
+
+@dataclass(frozen=True)
+class RuleProposed(Step):
+    rule_id: int
+    source_key: str
+    statement: str
+
+
+@dataclass(frozen=True)
+class OperatorFinished(Step):
+    operator: str
+    reason: str
+    rounds_used: int
+    best_case_id: int | None
+    start_latency_ms: float | None
+    best_latency_ms: float | None
+    speedup_vs_start: float | None
+    speedup_vs_reference: float | None
+
+
+@dataclass(frozen=True)
+class SessionControlled(Step):
+    """`session_paused`, `session_resumed`, `session_stopped`, `session_finished`."""
+
+    status: str
+    reason: str = ""
+    actor: str = ""
+
+
+STEPS: dict[str, type[Step]] = {
+    "session_started": SessionStarted,
+    "operator_started": OperatorStarted,
+    "iteration_started": IterationStarted,
+    "context_assembled": ContextAssembled,
+    "candidate_proposed": CandidateProposed,
+    "model_called": ModelCalled,
+    "tool_called": ToolCalled,
+    "compiled": Evaluated,
+    "case_results": Evaluated,
+    "timed": Evaluated,
+    "incumbent_replaced": IncumbentReplaced,
+    "adoption_recorded": AdoptionRecorded,
+    "stage_scored": StageScored,
+    "rule_proposed": RuleProposed,
+    "operator_finished": OperatorFinished,
+    "session_paused": SessionControlled,
+    "session_resumed": SessionControlled,
+    "session_stopped": SessionControlled,
+    "session_finished": SessionControlled,
+}
+
+Payload = CaseRecorded | SessionNote | ValueUpdated | Step
+PAYLOADS: dict[str, type[Payload]] = {
     "case_recorded": CaseRecorded,
     "session_note": SessionNote,
     "value_updated": ValueUpdated,
+    **STEPS,
 }
 
 

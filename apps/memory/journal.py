@@ -9,32 +9,75 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from apps.core.errors import NotFound
+from apps.core.events import EventKind, SessionEvent, publish_quietly, session_group
 from apps.devices.models import KernelSource
-from apps.memory.events import CaseRecorded, PayloadError, payload_of, typed_payload
+from apps.memory.events import (
+    CaseRecorded,
+    ModelCalled,
+    PayloadError,
+    payload_of,
+    typed_payload,
+)
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case_after_commit
 from apps.runs.models import OptimizationSession
 
 
-def journal_append(*, session_id: int, kind: str, payload: dict[str, Any]) -> JournalEvent:
+def journal_append(
+    *, session_id: int, kind: str, payload: dict[str, Any], step: str = ""
+) -> JournalEvent:
+    """Append an event (and, for `case_recorded`, its Case); watchers get it after commit.
+
+    With a `step` key, a step already in the journal is returned as it is instead of being
+    written again: the loop replays an interrupted iteration through the same keys.
+    """
+    return journal_record(session_id=session_id, kind=kind, payload=payload, step=step)[0]
+
+
+def journal_record(
+    *, session_id: int, kind: str, payload: dict[str, Any], step: str = ""
+) -> tuple[JournalEvent, bool]:
+    """`journal_append`, also saying whether the event is new (False: the step was there)."""
     typed = typed_payload(kind, payload)
     with transaction.atomic():
         session = OptimizationSession.objects.select_for_update().filter(pk=session_id).first()
         if session is None:
             raise NotFound(f"No session {session_id}.")
+        if step:
+            done = JournalEvent.objects.filter(session_id=session_id, step=step).first()
+            if done is not None:
+                return done, False
         seq = session.last_seq + 1
         OptimizationSession.objects.filter(pk=session_id).update(last_seq=seq)
         event = JournalEvent.objects.create(
-            session_id=session_id, seq=seq, kind=kind, payload=payload_of(typed)
+            session_id=session_id, seq=seq, kind=kind, step=step, payload=payload_of(typed)
         )
         if isinstance(typed, CaseRecorded):
             case_from_event(event, typed)
-    if isinstance(typed, CaseRecorded):
-        embed_case_after_commit(event.pk)  # a worker embeds it; never this request
-    return event
+            # Only a session that learns turns its attempts into memory (read-only and off
+            # sessions write nothing there); a worker embeds it, never this request.
+            if session.memory_mode == "read_write":
+                embed_case_after_commit(event.pk)
+        if isinstance(typed, ModelCalled):
+            tokens = sum(typed.usage.values())
+            OptimizationSession.objects.filter(pk=session_id).update(
+                tokens_used=F("tokens_used") + tokens
+            )
+        transaction.on_commit(lambda: publish_event(event))
+    return event, True
+
+
+def publish_event(event: JournalEvent) -> None:
+    message = SessionEvent(session=event.session_id, seq=event.seq, kind=event.kind,
+                           payload=event.payload, at=event.created_at.isoformat())  # fmt: skip
+    publish_quietly(session_group(event.session_id), EventKind.SESSION_EVENT, message)
+
+
+def step_done(session_id: int, step: str) -> JournalEvent | None:
+    return JournalEvent.objects.filter(session_id=session_id, step=step).first()
 
 
 def case_from_event(event: JournalEvent, record: CaseRecorded | None = None) -> Case:

@@ -20,6 +20,9 @@ class JournalEvent(models.Model):
     )
     seq = models.PositiveBigIntegerField()  # 1, 2, 3, ... per session, without gaps
     kind = models.CharField(max_length=40)
+    # The loop's idempotency key ("<operator>:<iteration>:<kind>"): a step replayed after a
+    # worker died finds its event instead of writing a second one.
+    step = models.CharField(max_length=100, blank=True, default="")
     payload = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -27,7 +30,11 @@ class JournalEvent(models.Model):
         ordering = ["session", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="journal_seq_per_session"),
-        ]
+            models.UniqueConstraint(
+                fields=["session", "step"], condition=~models.Q(step=""),
+                name="journal_step_once",
+            ),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.kind}"

@@ -38,15 +38,19 @@ def stage_credit(
     score: float,
     retrieved: list[str],
     adopted: list[str],
+    step: str = "",
 ) -> JournalEvent | None:
     """Credit the items of one finished stage (deduplicated); None when the mode writes
-    nothing or nothing was credited."""
+    nothing or nothing was credited. With a `step` key, a stage already credited is not
+    credited again."""
     if mode != MemoryMode.READ_WRITE:
         return None
     feedback = credit(score, retrieved, adopted)
     if not feedback:
         return None
     with transaction.atomic():
+        if step and JournalEvent.objects.filter(session_id=session_id, step=step).exists():
+            return None
         items = [
             _apply(key, value, operator, key in adopted) for key, value in sorted(feedback.items())
         ]
@@ -56,7 +60,9 @@ def stage_credit(
             "score": score,
             "items": [i for i in items if i],
         }
-        return journal_append(session_id=session_id, kind="value_updated", payload=payload)
+        return journal_append(
+            session_id=session_id, kind="value_updated", payload=payload, step=step
+        )
 
 
 def _apply(key: str, feedback: float, operator: str, was_adopted: bool) -> dict[str, Any] | None:

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from django.urls import path
 
+from apps.runs.consumers import SessionEventsConsumer
 from apps.workbench.consumers import TeamEventsConsumer
 
 websocket_urlpatterns = [
     path("ws/teams/<slug:team>/", TeamEventsConsumer.as_asgi()),
+    path("ws/sessions/<int:session_id>/", SessionEventsConsumer.as_asgi()),
 ]

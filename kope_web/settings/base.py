@@ -209,7 +209,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KOPE_LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}},
+    "loggers": {
+        "pgserver": {"level": "WARNING"},
+        # It warns on every event sent to a session nobody is watching, which is the usual case.
+        "channels_postgres.core": {"level": "ERROR"},
+    },
 }
 
 # --- Operators: limits for running reference code (always in a child process) -------------
@@ -239,3 +243,15 @@ KOPE_UGC_MIN_ADOPTIONS = env_int("KOPE_UGC_MIN_ADOPTIONS", 3, minimum=1)
 KOPE_UGC_MIN_OPERATORS = env_int("KOPE_UGC_MIN_OPERATORS", 3, minimum=1)
 KOPE_HOT_MEMORY_TOKENS = env_int("KOPE_HOT_MEMORY_TOKENS", 10_000, minimum=100)
 KOPE_HOT_FREQUENCY_BETA = env_float("KOPE_HOT_FREQUENCY_BETA", 0.1, minimum=0.0, maximum=1.0)
+
+# --- Optimization sessions (apps/runs) and the Claude policy (apps/agents/claude) ------------
+# Defaults for new sessions; each session records the values it ran with.
+KOPE_SESSION_ROUNDS = env_int("KOPE_SESSION_ROUNDS", 30, minimum=1, maximum=1000)
+KOPE_SESSION_TOKENS = env_int("KOPE_SESSION_TOKENS", 1_000_000, minimum=1)
+KOPE_SESSION_PLATEAU = env_int("KOPE_SESSION_PLATEAU", 10, minimum=1)
+KOPE_CONTEXT_TOKENS = env_int("KOPE_CONTEXT_TOKENS", 12_000, minimum=500)
+# Never logged, never shown, never put into a prompt or a report.
+ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
+KOPE_CLAUDE_MODEL = env_str("KOPE_CLAUDE_MODEL", "claude-sonnet-4-5")
+KOPE_CLAUDE_BASE_URL = env_str("KOPE_CLAUDE_BASE_URL", "")  # empty: Anthropic's API
+KOPE_CLAUDE_MAX_RETRIES = env_int("KOPE_CLAUDE_MAX_RETRIES", 4, minimum=0, maximum=20)

@@ -171,3 +171,34 @@ def test_an_honest_timing_raises_no_flag() -> None:
     flags: list[str] = []
     summary = timing_summary(big, small, measured(10.0, 20.0, 0.2), EvalSettings(repeats=5), flags)
     assert summary["speedup"] == pytest.approx(2.0) and flags == []
+
+
+def test_a_verdict_with_infinite_errors_is_stored_and_told(db: None) -> None:
+    """A NaN or a missing output is an error of infinity, which JSON has no number for."""
+    from apps.devices.services import evaluation_record
+    from apps.devices.verdicts import describe_verdict
+
+    version = stored_builtin("relu")
+    evaluation, _ = evaluation_request(
+        version=version, source_text="int x;", options=CORRECTNESS_ONLY
+    )
+    verdict = evaluate_candidate(operator_under_test(version), NAN_RELU, CORRECTNESS_ONLY)
+    assert verdict["status"] == "incorrect"
+
+    stored = evaluation_record(evaluation, verdict)
+
+    stored.refresh_from_db()
+    failing = [c for c in stored.verdict["correct"]["cases"] if not c["passed"]]
+    assert failing and all(c["max_abs"] == "inf" for c in failing)
+    assert "max_abs=" in describe_verdict(stored.verdict)
+
+
+NAN_RELU = """#include <math.h>
+#include "kope_kernel.h"
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    float *y = (float *)outputs[0].data;
+    for (int64_t i = 0; i < kope_numel(&outputs[0]); ++i) y[i] = NAN;
+    return 0;
+}
+"""

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
+from apps.runs.bench import KernelsOptions, kernels_benchmark_for
 
 
 class Command(BaseCommand):
@@ -15,7 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "name", choices=sorted([*BENCHMARKS, "retrieval"]), help="what to measure"
+            "name", choices=sorted([*BENCHMARKS, "retrieval", "kernels"]), help="what to measure"
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
@@ -24,13 +26,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--cases", type=int, default=DEFAULT_CASES, help="synthetic cases (retrieval)"
         )
+        parser.add_argument(
+            "--operators", default="", help="kernels: comma list of built-in operators (all)"
+        )
+        parser.add_argument("--rounds", type=int, default=30, help="kernels: rounds per operator")
+        parser.add_argument(
+            "--timed-calls", type=int, default=30, help="kernels: timed calls per evaluation"
+        )
+        parser.add_argument("--out", default="", help="kernels: folder for the Markdown and CSV")
         # One candidate only: for the test that the command works, not for measuring.
         parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["repeats"] < 2:
             raise CommandError("--repeats must be at least 2: the spread compares evaluations")
-        benchmark = all_benchmarks(options["cases"])[options["name"]]
+        if options["rounds"] < 1 or options["timed_calls"] < 3:
+            raise CommandError("--rounds must be at least 1 and --timed-calls at least 3")
+        benchmark = all_benchmarks(options)[options["name"]]
         bench_options = BenchOptions(
             repeats=options["repeats"], quick=options["quick"], progress=self.progress
         )
@@ -47,5 +59,14 @@ class Command(BaseCommand):
         self.stderr.write(f"bench: {line}…")
 
 
-def all_benchmarks(cases: int) -> dict[str, Benchmark]:
-    return BENCHMARKS | {"retrieval": retrieval_benchmark_for(cases)}
+def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
+    kernels = KernelsOptions(
+        operators=[s.strip() for s in options["operators"].split(",") if s.strip()] or None,
+        rounds=options["rounds"],
+        repeats=options["timed_calls"],
+        out_dir=Path(options["out"]) if options["out"] else None,
+    )
+    return BENCHMARKS | {
+        "retrieval": retrieval_benchmark_for(options["cases"]),
+        "kernels": kernels_benchmark_for(kernels),
+    }

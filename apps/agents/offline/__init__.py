@@ -1,0 +1,1 @@
+"""The offline search policy: named, parameterized source transformations of C kernels."""

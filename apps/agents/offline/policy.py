@@ -1,0 +1,246 @@
+"""The offline search policy: hill climbing over named source transformations, steered by
+memory. No model, no network.
+
+Each iteration it lists what it could do to the incumbent (every source transformation that
+applies, another thread count, another allowed flag set), drops what it already tried on this
+incumbent, and scores the rest: a small fixed prior (what usually pays on CPUs first) plus the
+evidence memory brought back. A retrieved case that improved with a strategy of the same name
+adds to its score, one that broke correctness or did not compile takes away (most when it was
+the same family of operator), and an approved rule in hot memory that names the strategy adds
+a fixed bonus. It proposes the best, and states which retrieved items decided that and why,
+exactly as an LLM policy declares adoption, so ATU and UGC learn from it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+
+from apps.agents.offline.transforms import (
+    Strategy,
+    TransformError,
+    applicable,
+    apply,
+    strategy_from_label,
+)
+from apps.agents.policy import Candidate, Proposal, Situation, Tools
+from apps.memory.models import Case
+from apps.memory.retrieval import Hit
+
+# What tends to pay first on a CPU, best first: loop order and accumulation (they unlock
+# vectorization), flags that let gcc vectorize math, then threads, then the finer tools. Only
+# a tie-breaker once memory speaks.
+PRIOR_ORDER = (
+    "accumulate_in_output", "interchange", "tile", "flags", "float_accumulator",
+    "omp_parallel_for", "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "threads",
+)  # fmt: skip
+PRIOR_WEIGHT = 0.05
+RULE_BONUS = 0.5
+FAILED_OUTCOMES = frozenset({"incorrect", "crashed", "compile_error", "timed_out", "rejected"})
+FAILURE_PENALTY = 1.0
+OTHER_FAMILY_FACTOR = 0.3  # a failure on another family of operator is weaker evidence
+MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
+
+FLAG_SETS: dict[str, tuple[str, ...]] = {
+    "unroll_loops": ("-funroll-loops",),
+    "fast_math": ("-ffast-math",),
+    "fp_contract": ("-ffp-contract=fast",),
+}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    key: str
+    strategy_name: str
+    weight: float  # positive: it paid off; negative: it failed
+    why: str
+
+
+class OfflineSearchPolicy:
+    name = "offline"
+
+    def propose(self, situation: Situation, tools: Tools) -> Proposal:
+        if situation.incumbent is None:
+            return Proposal(None, rationale=no_start_reason(situation))
+        options = [c for c in moves(situation) if c.strategy not in situation.tried]
+        if not options:
+            return Proposal(None, rationale="every strategy that applies to the incumbent "
+                            "has been tried")  # fmt: skip
+        evidence = gather_evidence(situation)
+        scored = sorted(options, key=lambda c: score_key(c, evidence, situation.seed), reverse=True)
+        chosen = scored[0]
+        adopted = adoption(chosen, scored, evidence)
+        rationale = f"{chosen.strategy}: " + (
+            "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
+        )
+        return Proposal(chosen, adopted=adopted, rationale=rationale)
+
+
+def no_start_reason(situation: Situation) -> str:
+    if situation.latest is None:
+        return (f"{situation.operator.slug} has no starting kernel for {situation.target} and "
+                "none was uploaded: the offline policy only transforms an existing kernel. "
+                "Upload one, or use the Claude policy, which writes one.")  # fmt: skip
+    return ("the starting kernel is not correct and the offline policy cannot repair it "
+            "(it only applies transformations to a correct kernel): fix it, or use the Claude "
+            "policy")  # fmt: skip
+
+
+# --- what it could do ------------------------------------------------------------------------
+
+
+def moves(situation: Situation) -> list[Candidate]:
+    assert situation.incumbent is not None
+    base = situation.incumbent.candidate
+    candidates = source_moves(base)
+    candidates += thread_moves(base)
+    candidates += flag_moves(base, fast_math_allowed=situation.operator.fast_math_allowed)
+    return candidates
+
+
+def source_moves(base: Candidate) -> list[Candidate]:
+    try:
+        strategies = applicable(base.source)
+    except TransformError:
+        return []  # a kernel the parser cannot read: only threads and flags are left
+    moves = []
+    for strategy in strategies:
+        try:
+            source = apply(strategy, base.source)
+        except TransformError:
+            continue
+        moves.append(Candidate(source, strategy.label(), base.flags, threads_for(strategy, base)))
+    return moves
+
+
+def threads_for(strategy: Strategy, base: Candidate) -> int:
+    """A parallel loop only pays with more than one thread, so the first one brings them: on
+    its own, neither step would ever look like an improvement to a hill climber."""
+    if strategy.name == "omp_parallel_for" and base.threads == 1:
+        return os.cpu_count() or 1
+    return base.threads
+
+
+def thread_moves(base: Candidate) -> list[Candidate]:
+    """Another thread count, for a kernel that has a parallel region to use them."""
+    if "omp parallel" not in base.source:
+        return []
+    cores = os.cpu_count() or 1
+    counts = sorted({2, cores} - {base.threads, 1}) if cores > 1 else []
+    return [Candidate(base.source, f"threads(n={n})", base.flags, n) for n in counts]
+
+
+def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
+    moves = []
+    for name, flags in FLAG_SETS.items():
+        if name == "fast_math" and not fast_math_allowed:
+            continue
+        if set(flags) <= set(base.flags):
+            continue
+        merged = tuple(sorted({*base.flags, *flags}))
+        moves.append(Candidate(base.source, f"flags(set={name})", merged, base.threads))
+    return moves
+
+
+# --- what memory says ------------------------------------------------------------------------
+
+
+def strategy_name(label: str) -> str:
+    try:
+        return strategy_from_label(label.strip().splitlines()[0]).name
+    except (TransformError, IndexError):
+        return label.split("(", 1)[0].strip()
+
+
+def gather_evidence(situation: Situation) -> list[Evidence]:
+    evidence = [e for hit in situation.retrieved if (e := case_evidence(hit, situation))]
+    for rule in situation.hot_rules:
+        name = strategy_name(rule["statement"])
+        evidence.append(Evidence(rule["key"], name, RULE_BONUS,
+                                 f"approved rule {rule['key']} recommends {name}"))  # fmt: skip
+    return evidence
+
+
+def case_evidence(hit: Hit, situation: Situation) -> Evidence | None:
+    if hit.kind != "case":
+        return None
+    case = (
+        Case.objects.filter(pk=int(hit.key.split(":")[1]))
+        .select_related("version__operator")
+        .first()
+    )
+    if case is None or case.parent_id is None:
+        return None  # a starting kernel says nothing about a strategy
+    name = strategy_name(case.strategy)
+    similarity = max(0.0, hit.scores.get("similarity", 0.0))
+    operator = case.version.operator
+    where = f"{hit.key} ({operator.slug})"
+    if case.correct and case.speedup_vs_parent:
+        gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
+        verb = "improved" if gain > 0 else "slowed"
+        return Evidence(hit.key, name, similarity * gain,
+                        f"{where} {verb} {case.speedup_vs_parent:.2f}x with {name}")  # fmt: skip
+    if case.outcome in FAILED_OUTCOMES:
+        same_family = operator.family == situation.operator.family
+        factor = 1.0 if same_family else OTHER_FAMILY_FACTOR
+        return Evidence(hit.key, name, -FAILURE_PENALTY * factor * similarity,
+                        f"{where} was {case.outcome} after {name}")  # fmt: skip
+    return None
+
+
+def evidence_for(name: str, evidence: list[Evidence]) -> float:
+    return sum(e.weight for e in evidence if e.strategy_name == name)
+
+
+def prior(name: str) -> float:
+    rank = PRIOR_ORDER.index(name) if name in PRIOR_ORDER else len(PRIOR_ORDER)
+    return PRIOR_WEIGHT * (len(PRIOR_ORDER) - rank) / len(PRIOR_ORDER)
+
+
+# Within one strategy, the parameters to try first (the others come later, if rounds are left):
+# a dynamic schedule hands out one iteration at a time, ruinous on a long elementwise loop.
+PREFERRED_PARAMS = {"schedule": ("static", "dynamic"), "collapse": ("1", "2"),
+                    "factor": ("4", "8", "2"), "size": ("32", "64", "16"),
+                    "set": ("fast_math", "fp_contract", "unroll_loops")}  # fmt: skip
+
+
+def label_params(label: str) -> dict[str, str]:
+    """`name(a=1, b=x)` -> {"a": "1", "b": "x"}: the parameters of any strategy label."""
+    inside = label.partition("(")[2].rpartition(")")[0]
+    pairs = (part.partition("=") for part in inside.split(",") if "=" in part)
+    return {key.strip(): value.strip() for key, _, value in pairs}
+
+
+def param_preference(label: str) -> float:
+    params = label_params(label)
+    ranks = [
+        PREFERRED_PARAMS[key].index(value)
+        for key, value in params.items()
+        if key in PREFERRED_PARAMS and value in PREFERRED_PARAMS[key]
+    ]
+    return -float(sum(ranks))
+
+
+def score_key(
+    candidate: Candidate, evidence: list[Evidence], seed: int
+) -> tuple[float, float, float]:
+    name = strategy_name(candidate.strategy)
+    tie_break = random.Random(f"{seed}:{candidate.strategy}").random()  # noqa: S311
+    score = prior(name) + evidence_for(name, evidence)
+    return (score, param_preference(candidate.strategy), tie_break)
+
+
+def adoption(
+    chosen: Candidate, ranked: list[Candidate], evidence: list[Evidence]
+) -> list[dict[str, str]]:
+    """The items that decided: evidence for the chosen strategy, and failures that pushed a
+    strategy the prior preferred below it."""
+    name = strategy_name(chosen.strategy)
+    adopted = {e.key: e.why for e in evidence if e.strategy_name == name and e.weight > 0}
+    avoided = {strategy_name(c.strategy) for c in ranked[1:]} - {name}
+    for e in evidence:
+        if e.weight < 0 and e.strategy_name in avoided and prior(e.strategy_name) > prior(name):
+            adopted.setdefault(e.key, f"avoided {e.strategy_name}: {e.why}")
+    return [{"key": key, "why": why} for key, why in adopted.items()]

@@ -1,0 +1,1238 @@
+"""Named, parameterized source transformations of cpu-c kernels, for the offline search policy.
+
+The policy improves a kernel by applying strategies such as "put `#pragma omp simd` on loop
+L3" or "tile the nest at L0 by 32" to its C source, then lets the evaluator build, check and
+time the result. This module is the strategy library: it says which strategies apply to a
+source (`applicable`), applies one (`apply`), and describes the loops it reasons about
+(`loops`).
+
+Approach:
+
+* The source is parsed with tree-sitter's C grammar; every structural question (which loops,
+  what they read and write, whether a nest is perfect, which scalars accumulate) is answered
+  from the syntax tree, never by matching C text with regular expressions.
+* Loops are the `for` statements of `kope_kernel`, numbered "L0", "L1", ... in source order.
+  Ids are positional: they are recomputed from each source, so after a transformation the
+  same loop may carry another id. To compose, call `applicable` (or `loops`) again on the
+  new source.
+* A transformation is a list of edits by byte range, taken from the tree; everything outside
+  the edited ranges stays byte-identical. The result is parsed again and rejected if it does
+  not parse. Given the same strategy and source, the result is always the same.
+* Preconditions are about form, not legality: a strategy applies when the code has the shape
+  it needs (a perfect nest, a canonical loop, a recognisable accumulator). Whether the
+  result still computes the right numbers (a parallel loop with a race, a vectorised prefix
+  scan) is for the evaluator to find out. The data it needs to guess (reductions, `carried`)
+  is in `LoopInfo`, best effort.
+* gcc accepts one loop pragma per loop (`#pragma omp simd` and `#pragma GCC unroll` do not
+  stack), so the pragma strategies only apply to loops that have no pragma yet.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from tree_sitter import Node, Tree
+
+from apps.agents.offline.cparse import (
+    CType,
+    Edit,
+    TransformError,
+    apply_edits,
+    contains,
+    declarator_name,
+    declarators,
+    declared_names,
+    declared_types,
+    escapes,
+    expression_type,
+    field,
+    first_syntax_error,
+    identifiers,
+    indentation,
+    insertion,
+    is_pragma,
+    is_scalar_declarator,
+    kernel_function,
+    line_of,
+    line_start,
+    operator,
+    parameter_names,
+    parse,
+    pragma_text,
+    reindented,
+    replacement,
+    require_parsable,
+    same,
+    squashed,
+    statements,
+    strip_parens,
+    strip_parens_and_casts,
+    text,
+    visible_declaration,
+    walk,
+    written_names,
+    written_target,
+)
+
+__all__ = [
+    "SOURCE_STRATEGIES",
+    "LoopInfo",
+    "Strategy",
+    "TransformError",
+    "applicable",
+    "apply",
+    "loops",
+    "strategy_from_label",
+]
+
+KERNEL_NAME = "kope_kernel"
+
+SOURCE_STRATEGIES: dict[str, str] = {
+    "omp_parallel_for": (
+        "Run a loop's iterations on all cores: `#pragma omp parallel for schedule(...)`, with "
+        "reduction clauses for its accumulators and optionally collapse(2) over a perfect nest."
+    ),
+    "omp_simd": (
+        "Ask gcc to vectorise an innermost loop: `#pragma omp simd`, with reduction clauses for "
+        "its accumulators (this reorders floating-point sums)."
+    ),
+    "unroll": "Unroll an innermost loop by 2, 4 or 8: `#pragma GCC unroll N`.",
+    "interchange": "Swap a loop with its perfectly nested child loop (exchange their headers).",
+    "accumulate_in_output": (
+        "Turn `for j { acc = 0; for p acc += ...; out[..j..] = acc; }` into zeroing the outputs "
+        "and `for p { for j out[..j..] += ...; }` (i-p-j matmul order, vectorisable; the sum is "
+        "kept in the output's type)."
+    ),
+    "tile": "Tile a perfect two-loop nest into blocks of 16, 32 or 64 (four loops).",
+    "hoist_invariant": (
+        "Compute loop-invariant index products once before a loop, and replace divisions by a "
+        "loop-invariant value with multiplication by its reciprocal (this changes rounding)."
+    ),
+    "restrict_pointers": "Declare the input and output data pointers `restrict` (no aliasing).",
+    "float_accumulator": (
+        "Make a loop's double accumulators float (faster, vectorises better, less precise)."
+    ),
+}
+
+SCHEDULES = ("static", "dynamic")
+COLLAPSES = (1, 2)
+UNROLL_FACTORS = (2, 4, 8)
+TILE_SIZES = (16, 32, 64)
+
+_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "omp_parallel_for": ("collapse", "loop", "schedule"),
+    "omp_simd": ("loop",),
+    "unroll": ("factor", "loop"),
+    "interchange": ("loop",),
+    "accumulate_in_output": ("loop",),
+    "tile": ("loop", "size"),
+    "hoist_invariant": ("loop",),
+    "restrict_pointers": (),
+    "float_accumulator": ("loop",),
+}
+
+# OpenMP's reduction operator for each recognised accumulation (a `-=` sum combines with +).
+_OMP_REDUCTION = {"+": "+", "-": "+", "*": "*", "max": "max", "min": "min"}
+_ATOMIC_EXPRESSIONS = frozenset({
+    "identifier", "number_literal", "parenthesized_expression", "field_expression",
+    "subscript_expression", "call_expression", "cast_expression",
+})  # fmt: skip
+
+
+# --- the public types -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopInfo:
+    """One `for` statement of `kope_kernel`, as the strategies see it."""
+
+    id: str  # "L0", "L1", ... in source order of the `for` statements: positional
+    line: int  # 1-based line of the `for`
+    var: str | None  # the induction variable of `for (T v = a; v < b; ++v / v++ / v += c)`,
+    # c a positive integer literal (OpenMP's canonical form, which tiled block loops have)
+    depth: int  # 0 = outermost for in the function
+    parent: str | None  # the enclosing for's id
+    children: list[str]  # directly nested for ids
+    perfect_child: str | None  # the inner for when the body is exactly that one loop
+    reductions: list[tuple[str, str]]  # (variable, "+" | "-" | "*" | "max" | "min")
+    carried: bool  # best effort: reads a scalar it writes (not as a reduction), or writes an
+    # array element at an index not derived from the loop variable
+    has_pragma: bool  # already preceded by a `#pragma omp` line
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named transformation with concrete parameters, e.g. `tile(loop=L0, size=32)`.
+    Parameters are kept sorted by key, so equal strategies compare and hash equal."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", tuple(sorted(self.params, key=lambda kv: kv[0])))
+
+    @classmethod
+    def make(cls, name: str, **params: Any) -> Strategy:
+        return cls(name, tuple(params.items()))
+
+    def label(self) -> str:
+        return f"{self.name}({', '.join(f'{key}={value}' for key, value in self.params)})"
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
+
+
+def strategy_from_label(label: str) -> Strategy:
+    """The strategy `label` names: the inverse of `Strategy.label()`."""
+    name, opening, rest = label.strip().partition("(")
+    if not opening or not rest.endswith(")") or name not in SOURCE_STRATEGIES:
+        raise TransformError(f"not a strategy label: {label!r}")
+    params: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in rest[:-1].split(","))):
+        key, equals, value = (piece.strip() for piece in item.partition("="))
+        if not equals or key not in _PARAMETERS[name] or key in params:
+            raise TransformError(f"not a strategy label: {label!r} (parameter {item!r})")
+        if not value.replace("_", "").isalnum():
+            raise TransformError(f"not a strategy label: {label!r} (value {value!r})")
+        params[key] = int(value) if value.isdigit() else value
+    return Strategy(name, tuple(params.items()))
+
+
+def loops(source: str) -> list[LoopInfo]:
+    """The `for` loops of `kope_kernel`, in source order; TransformError (with the line) when
+    the source does not parse or defines no `kope_kernel`."""
+    return [loop.info for loop in _analyse(source).loops]
+
+
+def applicable(source: str) -> list[Strategy]:
+    """Every strategy that applies to `source`, with concrete parameters, in a fixed order
+    (strategy, then loop, then parameter values). A strategy whose result equals the source
+    or an earlier strategy's result is left out."""
+    kernel = _analyse(source)
+    seen, found = {source}, []
+    for strategy in _candidates(kernel):
+        try:
+            result = apply(strategy, source)
+        except TransformError:
+            continue
+        if result not in seen:
+            seen.add(result)
+            found.append(strategy)
+    return found
+
+
+def apply(strategy: Strategy, source: str) -> str:
+    """`source` transformed by `strategy`; TransformError when it does not apply."""
+    transform = _TRANSFORMS.get(strategy.name)
+    if transform is None:
+        raise TransformError(f"unknown strategy {strategy.name!r}")
+    unknown = [key for key, _ in strategy.params if key not in _PARAMETERS[strategy.name]]
+    if unknown:
+        raise TransformError(f"{strategy.name}: unknown parameter {unknown[0]!r}")
+    kernel = _analyse(source)
+    result = apply_edits(kernel.source, transform(kernel, strategy))
+    broken = first_syntax_error(parse(result))
+    if broken is not None:  # a bug here, not in the source: say so rather than hand it on
+        raise TransformError(
+            f"{strategy.label()}: internal error, the result does not parse (line "
+            f"{line_of(broken)})"
+        )
+    return result.decode("utf-8")
+
+
+# --- analysis -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Header:
+    """`for (T var = start; var < bound; ++var)`: the parts of a canonical loop header."""
+
+    var: str
+    declared_type: str | None  # T, when the header declares the variable
+    start: Node
+    comparison: str  # "<" or "<="
+    bound: Node
+    update: Node
+    step: int
+
+
+@dataclass(frozen=True)
+class _Loop:
+    info: LoopInfo
+    node: Node
+    header: _Header | None
+    pragmas: tuple[Node, ...]  # the pragma lines directly before it, in source order
+    reduction_statements: dict[str, list[Node]]  # per reduction variable
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    source: bytes
+    tree: Tree
+    function: Node
+    loops: tuple[_Loop, ...]
+    types: dict[str, CType | None]
+
+    def loop(self, strategy: Strategy) -> _Loop:
+        loop_id = strategy.param("loop")
+        if loop_id is None:
+            raise TransformError(f"{strategy.name}: needs a loop parameter")
+        for loop in self.loops:
+            if loop.info.id == loop_id:
+                return loop
+        known = ", ".join(loop.info.id for loop in self.loops) or "none"
+        raise TransformError(f"{strategy.name}: no loop {loop_id} in this source (loops: {known})")
+
+    def by_id(self, loop_id: str | None) -> _Loop | None:
+        return next((loop for loop in self.loops if loop.info.id == loop_id), None)
+
+    def ancestors(self, loop: _Loop) -> Iterator[_Loop]:
+        current = self.by_id(loop.info.parent)
+        while current is not None:
+            yield current
+            current = self.by_id(current.info.parent)
+
+    def descendants(self, loop: _Loop) -> list[_Loop]:
+        return [
+            other
+            for other in self.loops
+            if contains(loop.node, other.node) and not same(loop.node, other.node)
+        ]
+
+
+@functools.lru_cache(maxsize=64)
+def _analyse(source: str) -> _Kernel:
+    data = source.encode("utf-8")
+    tree = require_parsable(data, "cannot parse the kernel")
+    function = kernel_function(tree, KERNEL_NAME)
+    body = field(function, "body") if function is not None else None
+    if function is None or body is None:
+        raise TransformError(f"no definition of {KERNEL_NAME}() in this source")
+    nodes = [node for node in walk(body) if node.type == "for_statement"]
+    ids = {node.id: f"L{index}" for index, node in enumerate(nodes)}
+    parents = {node.id: _enclosing_loop(node, body) for node in nodes}
+    found = []
+    for node in nodes:
+        parent = parents[node.id]
+        header = _parse_header(node)
+        pragmas = _pragmas_before(node)
+        reductions, reduction_statements = _reductions(node)
+        perfect = _perfect_child(node)
+        info = LoopInfo(
+            id=ids[node.id],
+            line=line_of(node),
+            var=header.var if header else None,
+            depth=_depth(node, parents),
+            parent=ids[parent.id] if parent is not None else None,
+            children=[ids[n.id] for n in nodes if same(parents[n.id], node)],
+            perfect_child=ids[perfect.id] if perfect is not None else None,
+            reductions=reductions,
+            carried=_carried(node, header, reduction_statements),
+            has_pragma=any(pragma_text(p).split()[:1] == ["omp"] for p in pragmas),
+        )
+        found.append(_Loop(info, node, header, pragmas, reduction_statements))
+    return _Kernel(data, tree, function, tuple(found), declared_types(function))
+
+
+def _enclosing_loop(node: Node, body: Node) -> Node | None:
+    parent = node.parent
+    while parent is not None and not same(parent, body):
+        if parent.type == "for_statement":
+            return parent
+        parent = parent.parent
+    return None
+
+
+def _depth(node: Node, parents: dict[int, Node | None]) -> int:
+    depth, parent = 0, parents[node.id]
+    while parent is not None:
+        depth, parent = depth + 1, parents[parent.id]
+    return depth
+
+
+def _parse_header(node: Node) -> _Header | None:
+    initializer, condition = field(node, "initializer"), field(node, "condition")
+    update, body = field(node, "update"), field(node, "body")
+    if initializer is None or condition is None or update is None or body is None:
+        return None
+    initial = _initial_assignment(initializer)
+    condition = strip_parens(condition)
+    if initial is None or condition.type != "binary_expression":
+        return None
+    var, declared_type, start = initial
+    left, bound = field(condition, "left"), field(condition, "right")
+    if left is None or bound is None or operator(condition) not in ("<", "<="):
+        return None
+    if strip_parens(left).type != "identifier" or text(strip_parens(left)) != var:
+        return None
+    step = _constant_step(update, var)
+    if step is None or var in written_names(body):
+        return None
+    return _Header(var, declared_type, start, operator(condition), bound, update, step)
+
+
+def _initial_assignment(initializer: Node) -> tuple[str, str | None, Node] | None:
+    """`T v = a` or `v = a` as (v, T or None, a)."""
+    if initializer.type == "declaration":
+        found = declarators(initializer)
+        type_node = field(initializer, "type")
+        if len(found) != 1 or found[0].type != "init_declarator" or type_node is None:
+            return None
+        name, value = field(found[0], "declarator"), field(found[0], "value")
+        if name is None or value is None or name.type != "identifier":
+            return None
+        return text(name), text(type_node), value
+    if initializer.type == "assignment_expression" and operator(initializer) == "=":
+        name, value = field(initializer, "left"), field(initializer, "right")
+        if name is not None and value is not None and name.type == "identifier":
+            return text(name), None, value
+    return None
+
+
+def _constant_step(update: Node, var: str) -> int | None:
+    """c for `++var`, `var++` (1) and `var += c` (c a positive integer literal)."""
+    if update.type == "update_expression":
+        argument = field(update, "argument")
+        increments = operator(update) == "++" and argument is not None
+        return 1 if increments and argument is not None and text(argument) == var else None
+    if update.type == "assignment_expression" and operator(update) == "+=":
+        left, right = field(update, "left"), field(update, "right")
+        if left is not None and right is not None and text(left) == var:
+            return int(text(right)) if text(right).isdigit() and int(text(right)) > 0 else None
+    return None
+
+
+def _pragmas_before(node: Node) -> tuple[Node, ...]:
+    found = []
+    sibling = node.prev_sibling
+    while sibling is not None and (sibling.type == "comment" or is_pragma(sibling)):
+        if is_pragma(sibling):
+            found.append(sibling)
+        sibling = sibling.prev_sibling
+    return tuple(reversed(found))
+
+
+def _perfect_child(node: Node) -> Node | None:
+    body = field(node, "body")
+    inner = statements(body) if body is not None else []
+    return inner[0] if len(inner) == 1 and inner[0].type == "for_statement" else None
+
+
+def _reductions(loop: Node) -> tuple[list[tuple[str, str]], dict[str, list[Node]]]:
+    """Scalars declared outside the loop that every write inside it accumulates the same way."""
+    body = field(loop, "body")
+    if body is None:
+        return [], {}
+    declared_inside = declared_names(loop)
+    uses: dict[str, list[tuple[str, Node]]] = {}
+    for node in walk(body):
+        found = _reduction_at(node)
+        if found is not None and found[0] not in declared_inside:
+            uses.setdefault(found[0], []).append((found[1], node))
+    reductions, reduction_statements = [], {}
+    for var, var_uses in uses.items():
+        nodes = [node for _, node in var_uses]
+        if len({_OMP_REDUCTION[op] for op, _ in var_uses}) != 1:
+            continue
+        if not _only_written_by(body, var, nodes) or not _is_scalar_at(var, loop):
+            continue
+        reductions.append((var, var_uses[0][0]))
+        reduction_statements[var] = nodes
+    return reductions, reduction_statements
+
+
+def _reduction_at(node: Node) -> tuple[str, str] | None:
+    """(variable, operator) when `node` is one accumulation step: `s += e`, `s = s * e`,
+    `s = fmaxf(s, e)`, `s = e > s ? e : s`, `if (e > s) s = e;` and their variants."""
+    if node.type == "if_statement":
+        return _if_reduction(node)
+    if node.type != "assignment_expression":
+        return None
+    left, right = field(node, "left"), field(node, "right")
+    if left is None or right is None or left.type != "identifier":
+        return None
+    var, op = text(left), operator(node)
+    if op in ("+=", "-=", "*="):
+        return (var, op[0]) if var not in identifiers(right) else None
+    if op != "=":
+        return None
+    value = strip_parens(right)
+    if value.type == "binary_expression":
+        return _binary_reduction(var, value)
+    if value.type == "call_expression":
+        return _call_reduction(var, value)
+    if value.type == "conditional_expression":
+        condition, chosen = field(value, "condition"), field(value, "consequence")
+        other = field(value, "alternative")
+        if condition is not None and chosen is not None and other is not None:
+            return _selection_reduction(var, condition, chosen, other)
+    return None
+
+
+def _binary_reduction(var: str, value: Node) -> tuple[str, str] | None:
+    op, left, right = operator(value), field(value, "left"), field(value, "right")
+    if op not in ("+", "-", "*") or left is None or right is None:
+        return None
+    left, right = strip_parens(left), strip_parens(right)
+    if text(left) == var and left.type == "identifier" and var not in identifiers(right):
+        return var, op
+    commutes = op in ("+", "*")
+    if commutes and text(right) == var and right.type == "identifier":
+        return (var, op) if var not in identifiers(left) else None
+    return None
+
+
+def _call_reduction(var: str, value: Node) -> tuple[str, str] | None:
+    function, arguments = field(value, "function"), field(value, "arguments")
+    kinds = {"fmaxf": "max", "fmax": "max", "fminf": "min", "fmin": "min"}
+    if function is None or arguments is None or text(function) not in kinds:
+        return None
+    args = [strip_parens(a) for a in arguments.named_children if a.type != "comment"]
+    if len(args) != 2:
+        return None
+    mine = [a for a in args if a.type == "identifier" and text(a) == var]
+    others = [a for a in args if var not in identifiers(a)]
+    return (var, kinds[text(function)]) if len(mine) == 1 and len(others) == 1 else None
+
+
+def _if_reduction(node: Node) -> tuple[str, str] | None:
+    condition, consequence = field(node, "condition"), field(node, "consequence")
+    if condition is None or consequence is None or field(node, "alternative") is not None:
+        return None
+    inner = statements(consequence)
+    if len(inner) != 1 or inner[0].type != "expression_statement":
+        return None
+    assignment = inner[0].named_children[0] if inner[0].named_child_count else None
+    if assignment is None or assignment.type != "assignment_expression":
+        return None
+    left, value = field(assignment, "left"), field(assignment, "right")
+    if operator(assignment) != "=" or left is None or value is None or left.type != "identifier":
+        return None
+    return _selection_reduction(text(left), condition, value, left)
+
+
+def _selection_reduction(
+    var: str, condition: Node, chosen: Node, otherwise: Node
+) -> tuple[str, str] | None:
+    """`var = (a > b) ? chosen : otherwise` keeps the larger or the smaller of var and e."""
+    compared = strip_parens(condition)
+    a, b = field(compared, "left"), field(compared, "right")
+    op = operator(compared)
+    if compared.type != "binary_expression" or a is None or b is None:
+        return None
+    if op not in (">", ">=", "<", "<=") or squashed(otherwise) != var:
+        return None
+    if squashed(a) == squashed(chosen) and squashed(b) == var:
+        picks_greater = op in (">", ">=")  # `a > var ? a : var`
+    elif squashed(b) == squashed(chosen) and squashed(a) == var:
+        picks_greater = op in ("<", "<=")  # `var < b ? b : var`
+    else:
+        return None
+    if var in identifiers(chosen):
+        return None
+    return var, "max" if picks_greater else "min"
+
+
+def _only_written_by(body: Node, var: str, statements_: list[Node]) -> bool:
+    for node in walk(body):
+        target = written_target(node)
+        if target is None or text(strip_parens(target)) != var:
+            continue
+        if not any(contains(statement, node) for statement in statements_):
+            return False
+    return True
+
+
+def _is_scalar_at(var: str, loop: Node) -> bool:
+    found = visible_declaration(var, loop)
+    return found is not None and is_scalar_declarator(found[1])
+
+
+def _carried(
+    loop: Node, header: _Header | None, reduction_statements: dict[str, list[Node]]
+) -> bool:
+    body = field(loop, "body")
+    if body is None:
+        return False
+    written = written_names(body) - declared_names(loop)
+    for node in walk(body):
+        if node.type != "identifier" or text(node) not in written or _is_plain_store(node):
+            continue
+        accumulations = reduction_statements.get(text(node), [])
+        if not any(contains(statement, node) for statement in accumulations):
+            return True  # read beyond its own accumulation: a scan, a search, a recurrence
+    derived = _derived_from_loop_variable(loop, header)
+    for node in walk(body):
+        target = written_target(node)
+        is_element = target is not None and strip_parens(target).type == "subscript_expression"
+        if is_element and target is not None and not set(identifiers(target)) & derived:
+            return True
+    return False
+
+
+def _is_plain_store(identifier: Node) -> bool:
+    parent = identifier.parent
+    return (
+        parent is not None
+        and parent.type == "assignment_expression"
+        and operator(parent) == "="
+        and same(field(parent, "left"), identifier)
+    )
+
+
+def _derived_from_loop_variable(loop: Node, header: _Header | None) -> set[str]:
+    """The loop variable and the locals whose initialisers (transitively) use it."""
+    update = field(loop, "update")
+    derived = {header.var} if header else (written_names(update) if update else set())
+    body = field(loop, "body")
+    declarations = [n for n in walk(body) if n.type == "declaration"] if body else []
+    while True:
+        before = len(derived)
+        for declaration in declarations:
+            for declarator in declarators(declaration):
+                value, name = field(declarator, "value"), declarator_name(declarator)
+                if value is not None and name is not None and set(identifiers(value)) & derived:
+                    derived.add(name)
+        if len(derived) == before:
+            return derived
+
+
+# --- what may be tried --------------------------------------------------------------------
+
+
+def _candidates(kernel: _Kernel) -> Iterator[Strategy]:
+    for name in SOURCE_STRATEGIES:
+        if not _PARAMETERS[name]:
+            yield Strategy(name)
+            continue
+        for loop in kernel.loops:
+            for extra in _parameter_menu(name, loop):
+                yield Strategy(name, (("loop", loop.info.id), *extra))
+
+
+def _parameter_menu(name: str, loop: _Loop) -> list[tuple[tuple[str, Any], ...]]:
+    if name == "omp_parallel_for":
+        collapses = COLLAPSES if loop.info.perfect_child else (None,)
+        return [
+            (("schedule", schedule),) + ((("collapse", collapse),) if collapse else ())
+            for schedule in SCHEDULES
+            for collapse in collapses
+        ]
+    if name == "unroll":
+        return [(("factor", factor),) for factor in UNROLL_FACTORS]
+    if name == "tile":
+        return [(("size", size),) for size in TILE_SIZES]
+    return [()]
+
+
+# --- preconditions --------------------------------------------------------------------------
+
+
+def _fail(strategy: Strategy, loop: _Loop | None, why: str) -> NoReturn:
+    where = f" loop {loop.info.id} (line {loop.info.line})" if loop is not None else ""
+    raise TransformError(f"{strategy.name}:{where} {why}")
+
+
+def _choice(strategy: Strategy, key: str, allowed: tuple[Any, ...], default: Any = None) -> Any:
+    value = strategy.param(key, default)
+    if value not in allowed:
+        options = ", ".join(str(option) for option in allowed)
+        raise TransformError(f"{strategy.name}: {key} must be one of {options}, not {value!r}")
+    return value
+
+
+def _canonical(strategy: Strategy, loop: _Loop) -> _Header:
+    if loop.header is None:
+        _fail(strategy, loop, "is not a canonical `for (T v = a; v < b; ++v or v += c)` loop")
+    return loop.header
+
+
+def _innermost(strategy: Strategy, loop: _Loop) -> None:
+    if loop.info.children:
+        _fail(strategy, loop, f"is not innermost (it contains {', '.join(loop.info.children)})")
+
+
+def _no_pragmas(strategy: Strategy, loop: _Loop) -> None:
+    if loop.pragmas:
+        pragma = loop.pragmas[0]
+        _fail(
+            strategy,
+            loop,
+            f"already has `#pragma {pragma_text(pragma)}` (line {line_of(pragma)}); gcc takes "
+            "one loop pragma per loop",
+        )
+
+
+def _no_escape(strategy: Strategy, loop: _Loop) -> None:
+    body = field(loop.node, "body")
+    escape = escapes(body) if body is not None else None
+    if escape is not None:
+        _fail(strategy, loop, f"leaves the loop early (line {line_of(escape)}); OpenMP forbids it")
+
+
+def _outside_parallel_regions(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
+    for ancestor in kernel.ancestors(loop):
+        if ancestor.info.has_pragma:
+            _fail(strategy, loop, f"is inside {ancestor.info.id}, which has an omp pragma")
+    for inner in kernel.descendants(loop):
+        if any("parallel" in pragma_text(p).split() for p in inner.pragmas):
+            _fail(strategy, loop, f"contains {inner.info.id}, which is already parallel")
+
+
+def _no_simd_ancestor(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
+    for ancestor in kernel.ancestors(loop):
+        if any("simd" in pragma_text(p).split() for p in ancestor.pragmas):
+            _fail(strategy, loop, f"is inside {ancestor.info.id}, which is already simd")
+
+
+def _not_in_collapsed_nest(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
+    """Nothing may be put between the loops of a collapse(n) nest."""
+    child = loop
+    for distance, ancestor in enumerate(kernel.ancestors(loop), start=1):
+        if ancestor.info.perfect_child != child.info.id:
+            return
+        for pragma in ancestor.pragmas:
+            if _collapse_depth(pragma_text(pragma)) > distance:
+                _fail(
+                    strategy,
+                    loop,
+                    f"is inside the collapsed nest of {ancestor.info.id} (line "
+                    f"{line_of(pragma)}): nothing may come between its loops",
+                )
+        child = ancestor
+
+
+def _collapse_depth(pragma: str) -> int:
+    _, found, rest = pragma.partition("collapse(")
+    depth = rest.partition(")")[0].strip()
+    return int(depth) if found and depth.isdigit() else 1
+
+
+def _perfect_child_loop(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Loop:
+    child = kernel.by_id(loop.info.perfect_child)
+    if child is None:
+        _fail(strategy, loop, "has no perfectly nested child loop (its body is not one for loop)")
+    return child
+
+
+def _rectangular(strategy: Strategy, outer: _Loop, inner: _Loop) -> None:
+    outer_var = _canonical(strategy, outer).var
+    header = _header_parts(inner.node)
+    if any(outer_var in identifiers(part) for part in header):
+        _fail(strategy, outer, f"the bounds of {inner.info.id} depend on {outer_var}")
+
+
+def _header_parts(node: Node) -> list[Node]:
+    parts = (field(node, name) for name in ("initializer", "condition", "update"))
+    return [part for part in parts if part is not None]
+
+
+# --- editing helpers ------------------------------------------------------------------------
+
+
+def _prefix(kernel: _Kernel, anchor: Node, lines: list[str]) -> list[Edit]:
+    """Edits that put `lines` (pragmas or declarations) on their own lines before `anchor`."""
+    source = kernel.source
+    begin = line_start(source, anchor.start_byte)
+    at_line_start = not source[begin : anchor.start_byte].strip()
+    indent = indentation(source, anchor.start_byte)
+    block = "".join(f"{indent}{line}\n" for line in lines)
+    parent = anchor.parent
+    if parent is not None and parent.type == "compound_statement":
+        if at_line_start:
+            return [insertion(begin, block)]
+        gap = len(source[: anchor.start_byte].rstrip(b" \t"))  # `{ for`: break the line there
+        return [Edit(gap, anchor.start_byte, f"\n{block}{indent}".encode())]
+    # A braceless body (`for (...) for (...)`): a block keeps the new lines with the loop.
+    opening = f"{indent}{{\n{block}" if at_line_start else f"{{\n{block}{indent}"
+    return [
+        insertion(begin if at_line_start else anchor.start_byte, opening),
+        insertion(anchor.end_byte, f"\n{indent}}}"),
+    ]
+
+
+def _header_text(kernel: _Kernel, node: Node) -> str:
+    """`for (...)` as written."""
+    closing = [child for child in node.children if child.type == ")"][-1]
+    return kernel.source[node.start_byte : closing.end_byte].decode("utf-8")
+
+
+def _header_parens(node: Node) -> tuple[int, int]:
+    opening = next(child for child in node.children if child.type == "(")
+    closing = [child for child in node.children if child.type == ")"][-1]
+    return opening.start_byte, closing.end_byte
+
+
+def _indent_unit(kernel: _Kernel, loop: _Loop) -> str:
+    base = indentation(kernel.source, loop.node.start_byte)
+    body = field(loop.node, "body")
+    inner = statements(body) if body is not None else []
+    if inner and inner[0].start_point.row != loop.node.start_point.row:
+        deeper = indentation(kernel.source, inner[0].start_byte)
+        if deeper.startswith(base) and len(deeper) > len(base):
+            return deeper[len(base) :]
+    return "    "
+
+
+def _rewritten(kernel: _Kernel, node: Node, edits: list[Edit]) -> str:
+    """The text of `node` with edits (in source offsets) applied inside it."""
+    shifted = [
+        Edit(e.start - node.start_byte, e.end - node.start_byte, e.replacement) for e in edits
+    ]
+    return apply_edits(kernel.source[node.start_byte : node.end_byte], shifted).decode("utf-8")
+
+
+def _fresh_name(wanted: str, used: set[str]) -> str:
+    name = wanted if wanted.isidentifier() else f"t_{wanted}"
+    candidate, counter = name, 1
+    while candidate in used:
+        candidate, counter = f"{name}_{counter}", counter + 1
+    used.add(candidate)
+    return candidate
+
+
+def _operand(node: Node) -> str:
+    """The expression's text, parenthesised unless it is atomic."""
+    inner = text(node)
+    return inner if node.type in _ATOMIC_EXPRESSIONS else f"({inner})"
+
+
+# --- the strategies -----------------------------------------------------------------------
+
+
+def _reduction_clauses(loop: _Loop) -> list[str]:
+    grouped: dict[str, list[str]] = {}
+    for var, op in loop.info.reductions:
+        grouped.setdefault(_OMP_REDUCTION[op], []).append(var)
+    return [f"reduction({op}:{','.join(names)})" for op, names in grouped.items()]
+
+
+def _omp_parallel_for(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    schedule = _choice(strategy, "schedule", SCHEDULES)
+    collapse = _choice(strategy, "collapse", COLLAPSES, default=1)
+    _canonical(strategy, loop)
+    _no_pragmas(strategy, loop)
+    _outside_parallel_regions(kernel, strategy, loop)
+    _no_escape(strategy, loop)
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    clauses = [f"schedule({schedule})"]
+    if collapse == 2:
+        child = _perfect_child_loop(kernel, strategy, loop)
+        _canonical(strategy, child)
+        _rectangular(strategy, loop, child)
+        clauses.append("collapse(2)")
+    pragma = " ".join(["#pragma omp parallel for", *clauses, *_reduction_clauses(loop)])
+    return _prefix(kernel, loop.node, [pragma])
+
+
+def _omp_simd(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    _canonical(strategy, loop)
+    _innermost(strategy, loop)
+    _no_pragmas(strategy, loop)
+    _no_simd_ancestor(kernel, strategy, loop)
+    _no_escape(strategy, loop)
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    return _prefix(kernel, loop.node, [" ".join(["#pragma omp simd", *_reduction_clauses(loop)])])
+
+
+def _unroll(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    factor = _choice(strategy, "factor", UNROLL_FACTORS)
+    _innermost(strategy, loop)
+    _no_pragmas(strategy, loop)
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    return _prefix(kernel, loop.node, [f"#pragma GCC unroll {factor}"])
+
+
+def _interchange(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    child = _perfect_child_loop(kernel, strategy, loop)
+    _canonical(strategy, loop)
+    _canonical(strategy, child)
+    _rectangular(strategy, loop, child)
+    outer, inner = _header_parens(loop.node), _header_parens(child.node)
+    source = kernel.source
+    return [
+        Edit(outer[0], outer[1], source[inner[0] : inner[1]]),
+        Edit(inner[0], inner[1], source[outer[0] : outer[1]]),
+    ]
+
+
+@dataclass(frozen=True)
+class _Accumulation:
+    """`for j { T acc = init; for p { acc OP= term; } ...; out[..] = f(acc); }`"""
+
+    accumulator: str
+    initial: Node
+    inner: _Loop
+    operator: str  # "+=", "-=" or "*="
+    term: Node
+    epilogue: list[Node]
+    store: Node  # out[..], the last statement's target
+    store_value: Node
+
+
+def _accumulate_in_output(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    """Rewrites the whole loop from its statements' texts: comments between them are lost."""
+    loop = kernel.loop(strategy)
+    _canonical(strategy, loop)
+    _no_pragmas(strategy, loop)
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    shape = _accumulation(kernel, strategy, loop)
+    indent, unit = indentation(kernel.source, loop.node.start_byte), _indent_unit(kernel, loop)
+    outer, inner = _header_text(kernel, loop.node), _header_text(kernel, shape.inner.node)
+    target = text(shape.store)
+    lines = [
+        f"{outer} {{",
+        f"{unit}{target} = {text(shape.initial)};",
+        "}",
+        f"{inner} {{",
+        f"{unit}{outer} {{",
+        f"{unit * 2}{target} {shape.operator} {text(shape.term)};",
+        f"{unit}}}",
+        "}",
+    ]
+    value = strip_parens_and_casts(shape.store_value)
+    if len(shape.epilogue) > 1 or text(value) != shape.accumulator:
+        # The rest of the epilogue (bias, activation, scaling) becomes a pass over the row.
+        rewritten = [_reading_output(kernel, s, shape.accumulator, target) for s in shape.epilogue]
+        lines += [f"{outer} {{", *(f"{unit}{statement}" for statement in rewritten), "}"]
+    return [replacement(loop.node, ("\n" + indent).join(lines))]
+
+
+def _reading_output(kernel: _Kernel, statement: Node, accumulator: str, target: str) -> str:
+    """The statement's text with each read of the accumulator replaced by the output element."""
+    reads = [n for n in walk(statement) if n.type == "identifier" and text(n) == accumulator]
+    return _rewritten(kernel, statement, [replacement(n, target) for n in reads])
+
+
+def _accumulation(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Accumulation:
+    def not_applicable(why: str) -> NoReturn:
+        _fail(
+            strategy, loop, f"{why} (wanted `T acc = init; for (...) acc += ...; out[..] = acc;`)"
+        )
+
+    body = field(loop.node, "body")
+    parts = statements(body) if body is not None and body.type == "compound_statement" else []
+    if len(parts) < 3 or parts[0].type != "declaration" or parts[1].type != "for_statement":
+        not_applicable("its body is not an accumulator, a loop and a store")
+    declaration, inner_node, *epilogue = parts
+    found = declarators(declaration)
+    initial = field(found[0], "value") if len(found) == 1 else None
+    name = field(found[0], "declarator") if len(found) == 1 else None
+    if initial is None or name is None or name.type != "identifier":
+        not_applicable("its body does not start with one initialised scalar")
+    accumulator = text(name)
+    inner = next(other for other in kernel.loops if same(other.node, inner_node))
+    _canonical(strategy, inner)
+    own_var = _canonical(strategy, loop).var
+    if {own_var, accumulator} & {
+        n for part in _header_parts(inner_node) for n in identifiers(part)
+    }:
+        not_applicable(f"the bounds of {inner.info.id} depend on {own_var} or {accumulator}")
+    step = _single_accumulation(inner, accumulator)
+    if step is None:
+        not_applicable(f"the body of {inner.info.id} is not one `{accumulator} += ...;`")
+    store = _final_store(epilogue, accumulator, own_var)
+    if store is None:
+        not_applicable(f"the statements after {inner.info.id} do not end in one store of the sum")
+    array = strip_parens_and_casts(field(store[0], "argument") or store[0])
+    read_elsewhere = identifiers(step[1]) + identifiers(initial) + identifiers(inner_node)
+    if array.type != "identifier" or text(array) in read_elsewhere:
+        not_applicable(f"the output {text(array)} is also read while summing")
+    if _mentions_outside(epilogue, text(array), store[0]):
+        not_applicable(f"the output {text(array)} is read again after the sum")
+    return _Accumulation(accumulator, initial, inner, step[0], step[1], epilogue, *store)
+
+
+def _mentions_outside(statements_: list[Node], name: str, allowed: Node) -> bool:
+    return any(
+        n.type == "identifier" and text(n) == name and not contains(allowed, n)
+        for statement in statements_
+        for n in walk(statement)
+    )
+
+
+def _single_accumulation(inner: _Loop, accumulator: str) -> tuple[str, Node] | None:
+    """(`+=`, term) when the loop body is exactly `acc += term;` (or `acc = acc + term;`)."""
+    body = field(inner.node, "body")
+    parts = statements(body) if body is not None else []
+    if len(parts) != 1 or parts[0].type != "expression_statement" or not parts[0].named_children:
+        return None
+    step = parts[0].named_children[0]
+    left, right = field(step, "left"), field(step, "right")
+    if step.type != "assignment_expression" or left is None or right is None:
+        return None
+    if left.type != "identifier" or text(left) != accumulator:
+        return None
+    if operator(step) in ("+=", "-=", "*="):
+        return (operator(step), right) if accumulator not in identifiers(right) else None
+    value = strip_parens(right)
+    if operator(step) != "=" or value.type != "binary_expression":
+        return None
+    if _binary_reduction(accumulator, value) is None:
+        return None
+    value_left, value_right = field(value, "left"), field(value, "right")
+    assert value_left is not None and value_right is not None  # checked by _binary_reduction
+    term = value_right if text(strip_parens(value_left)) == accumulator else value_left
+    return operator(value) + "=", term
+
+
+def _final_store(epilogue: list[Node], accumulator: str, var: str) -> tuple[Node, Node] | None:
+    """(out[..], value) when the epilogue is declarations then `out[..] = value;`, the index
+    uses the loop variable, and the accumulator is only read."""
+    if not epilogue or any(s.type != "declaration" for s in epilogue[:-1]):
+        return None
+    last = epilogue[-1]
+    step = last.named_children[0] if last.type == "expression_statement" else None
+    if step is None or step.type != "assignment_expression" or operator(step) != "=":
+        return None
+    target, value = field(step, "left"), field(step, "right")
+    if target is None or value is None or target.type != "subscript_expression":
+        return None
+    local = {n for s in epilogue for n in declared_names(s)}
+    used = set(identifiers(target))
+    if var not in used or used & (local | {accumulator}):
+        return None
+    if any(accumulator in written_names(s) for s in epilogue):
+        return None
+    return target, value
+
+
+def _tile(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    size = _choice(strategy, "size", TILE_SIZES)
+    child = _perfect_child_loop(kernel, strategy, loop)
+    outer, inner = _canonical(strategy, loop), _canonical(strategy, child)
+    _rectangular(strategy, loop, child)
+    if "<=" in (outer.comparison, inner.comparison) or (outer.step, inner.step) != (1, 1):
+        _fail(strategy, loop, "tiles only loops `for (v = a; v < b; ++v)` (step 1, `<`)")
+    child_body = field(child.node, "body")
+    assert child_body is not None  # a canonical loop has a body
+    used = set(identifiers(kernel.tree.root_node))
+    blocks = [_fresh_name(h.var * 2, used) for h in (outer, inner)]
+    indent, unit = indentation(kernel.source, loop.node.start_byte), _indent_unit(kernel, loop)
+
+    def block_loop(header: _Header, block: str) -> str:
+        kind = header.declared_type or "int64_t"
+        return (
+            f"for ({kind} {block} = {text(header.start)}; {block} < {_operand(header.bound)}; "
+            f"{block} += {size})"
+        )
+
+    def element_loop(header: _Header, block: str) -> str:
+        declared = f"{header.declared_type} " if header.declared_type else ""
+        bound = _operand(header.bound)
+        end = f"({block} + {size} < {bound} ? {block} + {size} : {bound})"
+        return (
+            f"for ({declared}{header.var} = {block}; {header.var} < {end}; {text(header.update)})"
+        )
+
+    body = reindented(text(child_body), unit * 2)
+    if child_body.type != "compound_statement":  # a braceless body gets its own lines
+        body = f"{{\n{indent}{unit * 4}{body}\n{indent}{unit * 3}}}"
+    lines = [
+        f"{block_loop(outer, blocks[0])} {{",
+        f"{unit}{block_loop(inner, blocks[1])} {{",
+        f"{unit * 2}{element_loop(outer, blocks[0])} {{",
+        f"{unit * 3}{element_loop(inner, blocks[1])} {body}",
+        f"{unit * 2}}}",
+        f"{unit}}}",
+        "}",
+    ]
+    return [replacement(loop.node, ("\n" + indent).join(lines))]
+
+
+def _hoist_invariant(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    body = field(loop.node, "body")
+    assert body is not None
+    varying = declared_names(loop.node) | written_names(loop.node)
+    divisions = _invariant_divisions(kernel, body, varying)
+    products = [
+        p
+        for p in _invariant_products(kernel, body, varying)
+        if not any(contains(divisor, p) for _, divisor in divisions)
+    ]
+    if not products and not divisions:
+        _fail(strategy, loop, "has no loop-invariant index product or division to hoist")
+    used = set(identifiers(kernel.tree.root_node))
+    temporaries: dict[str, str] = {}
+    lines: list[str] = []
+    edits: list[Edit] = []
+    for product in products:
+        key = squashed(product)
+        if key not in temporaries:
+            temporaries[key] = _fresh_name(_name_from(product, "offset"), used)
+            ctype = expression_type(product, kernel.types)
+            assert ctype is not None  # checked by _invariant_products
+            definition = text(strip_parens(product))
+            lines.append(f"const {ctype.base} {temporaries[key]} = {definition};")
+        edits.append(replacement(product, temporaries[key]))
+    for division, divisor in divisions:
+        key = "1/" + squashed(divisor)
+        if key not in temporaries:
+            name = temporaries[key] = _fresh_name("inv_" + _name_from(divisor, "d"), used)
+            ctype = expression_type(division, kernel.types)
+            assert ctype is not None  # checked by _invariant_divisions
+            one = "1.0f" if ctype.base == "float" else "1.0"
+            lines.append(
+                f"const {ctype.base} {name} = {one} / {_operand(divisor)}; "
+                "/* a reciprocal: changes rounding */"
+            )
+        slash = division.child_by_field_name("operator")
+        assert slash is not None
+        edits.append(Edit(slash.start_byte, divisor.end_byte, f"* {temporaries[key]}".encode()))
+    anchor = loop.pragmas[0] if loop.pragmas else loop.node
+    return _prefix(kernel, anchor, lines) + edits
+
+
+def _name_from(expression: Node, fallback: str) -> str:
+    names = identifiers(expression)
+    return "_".join(names) if 0 < len(names) <= 3 else fallback
+
+
+def _invariant_products(kernel: _Kernel, body: Node, varying: set[str]) -> list[Node]:
+    """The largest integer expressions of invariant names and literals (+, -, *) in the body
+    that multiply something: `i * k`, `(b * c + ch) * h`."""
+    found, stack = [], [body]
+    while stack:
+        node = stack.pop()
+        if (
+            node.type in ("binary_expression", "parenthesized_expression")
+            and _is_invariant_integer(kernel, node, varying)
+            and any(n.type == "binary_expression" and operator(n) == "*" for n in walk(node))
+            and identifiers(node)
+        ):
+            found.append(node)
+            continue
+        stack.extend(reversed(node.children))
+    return found
+
+
+def _is_invariant_integer(kernel: _Kernel, node: Node, varying: set[str]) -> bool:
+    node = strip_parens(node)
+    if node.type == "identifier":
+        ctype = kernel.types.get(text(node))
+        return text(node) not in varying and ctype is not None and ctype.is_signed_integer
+    if node.type == "number_literal":
+        ctype = expression_type(node, kernel.types)
+        return ctype is not None and ctype.is_signed_integer
+    if node.type == "binary_expression" and operator(node) in ("+", "-", "*"):
+        left, right = field(node, "left"), field(node, "right")
+        return all(
+            side is not None and _is_invariant_integer(kernel, side, varying)
+            for side in (left, right)
+        )
+    return False
+
+
+def _invariant_divisions(kernel: _Kernel, body: Node, varying: set[str]) -> list[tuple[Node, Node]]:
+    """(x / d, d) for floating-point divisions in the body by a loop-invariant d."""
+    found = []
+    for node in walk(body):
+        divisor = field(node, "right") if node.type == "binary_expression" else None
+        if divisor is None or operator(node) != "/":
+            continue
+        ctype = expression_type(node, kernel.types)
+        if ctype is None or not ctype.is_float or not identifiers(divisor):
+            continue
+        if _is_invariant_value(kernel, divisor, varying):
+            found.append((node, divisor))
+    return found
+
+
+def _is_invariant_value(kernel: _Kernel, node: Node, varying: set[str]) -> bool:
+    """Arithmetic on invariant numeric scalars and literals, with casts: no calls, no loads."""
+    node = strip_parens(node)
+    if node.type == "identifier":
+        ctype = kernel.types.get(text(node))
+        numeric = ctype is not None and (ctype.is_float or ctype.is_signed_integer)
+        return text(node) not in varying and numeric
+    if node.type == "number_literal":
+        return True
+    if node.type in ("cast_expression", "unary_expression"):
+        inner = field(node, "value") or field(node, "argument")
+        ctype = expression_type(node, kernel.types)
+        numeric = ctype is not None and (ctype.is_float or ctype.is_signed_integer)
+        return inner is not None and numeric and _is_invariant_value(kernel, inner, varying)
+    if node.type == "binary_expression" and operator(node) in ("+", "-", "*"):
+        left, right = field(node, "left"), field(node, "right")
+        return all(
+            side is not None and _is_invariant_value(kernel, side, varying)
+            for side in (left, right)
+        )
+    return False
+
+
+def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    tensors = set(parameter_names(kernel.function)[0:3:2])  # inputs, outputs
+    edits = []
+    for node in walk(kernel.function):
+        if node.type != "declaration":
+            continue
+        for declarator in declarators(node):
+            pointer, value = field(declarator, "declarator"), field(declarator, "value")
+            if pointer is None or value is None or pointer.type != "pointer_declarator":
+                continue
+            name = field(pointer, "declarator")
+            qualifiers = [text(c) for c in pointer.children if c.type == "type_qualifier"]
+            if name is None or name.type != "identifier" or "restrict" in qualifiers:
+                continue
+            if _is_tensor_data(value, tensors):
+                edits.append(insertion(name.start_byte, "restrict "))
+    if not edits:
+        _fail(strategy, None, "no unrestricted pointer is initialised from inputs/outputs .data")
+    return edits
+
+
+def _is_tensor_data(value: Node, tensors: set[str]) -> bool:
+    """`(T *)inputs[i].data`, `outputs->data` and the like."""
+    value = strip_parens_and_casts(value)
+    member, holder = field(value, "field"), field(value, "argument")
+    if value.type != "field_expression" or member is None or holder is None:
+        return False
+    holder = strip_parens(holder)
+    if holder.type == "subscript_expression":
+        holder = strip_parens(field(holder, "argument") or holder)
+    return text(member) == "data" and holder.type == "identifier" and text(holder) in tensors
+
+
+def _float_accumulator(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    edits: dict[tuple[int, int], Edit] = {}
+    for var, _ in loop.info.reductions:
+        found = visible_declaration(var, loop.node)
+        type_node = field(found[0], "type") if found is not None else None
+        if found is None or type_node is None or text(type_node) != "double":
+            continue
+        if len(declarators(found[0])) != 1:
+            continue  # `double a, b;`: changing the type would change both
+        edits[type_node.byte_range] = replacement(type_node, "float")
+        for statement in loop.reduction_statements[var]:
+            for cast in walk(statement):
+                descriptor = field(cast, "type") if cast.type == "cast_expression" else None
+                if descriptor is not None and squashed(descriptor) == "double":
+                    edits[descriptor.byte_range] = replacement(descriptor, "float")
+    if not edits:
+        _fail(strategy, loop, "has no double accumulator")
+    return list(edits.values())
+
+
+_TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
+    "omp_parallel_for": _omp_parallel_for,
+    "omp_simd": _omp_simd,
+    "unroll": _unroll,
+    "interchange": _interchange,
+    "accumulate_in_output": _accumulate_in_output,
+    "tile": _tile,
+    "hoist_invariant": _hoist_invariant,
+    "restrict_pointers": _restrict_pointers,
+    "float_accumulator": _float_accumulator,
+}

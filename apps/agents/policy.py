@@ -1,0 +1,96 @@
+"""The interface between the loop and a policy: what a policy sees, what it may call, what it
+returns. The offline search policy and the Claude policy both implement `Policy`; the loop
+(apps/runs/loop.py) neither knows nor cares which one it drives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from apps.agents.context import PackedContext
+from apps.memory.retrieval import Hit
+
+
+@dataclass(frozen=True)
+class OperatorBrief:
+    slug: str
+    name: str
+    family: str
+    description: str
+    version_id: int
+    max_abs: float
+    max_rel: float
+
+    @property
+    def fast_math_allowed(self) -> bool:
+        """-ffast-math reassociates and drops NaN/inf handling: only where the tolerance is
+        loose enough that a reordered float sum still passes."""
+        return self.max_rel >= 1e-3 and self.max_abs >= 1e-4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str
+    strategy: str  # a named strategy with parameters, e.g. "interchange(loop=L1)"
+    flags: tuple[str, ...] = ()
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An evaluated candidate as the policy sees it."""
+
+    case_id: int
+    candidate: Candidate
+    outcome: str
+    correct: bool
+    latency_ms: float | None
+    verdict_summary: str  # a few lines: compile errors, failing cases, timing
+
+
+@dataclass(frozen=True)
+class Situation:
+    session_id: int
+    team_id: int
+    target: str
+    operator: OperatorBrief
+    stage: str  # "correctness" until a correct kernel exists, then "optimization"
+    iteration: int
+    rounds_left: int
+    incumbent: Attempt | None  # the best correct attempt so far
+    latest: Attempt | None  # the previous attempt, whatever became of it
+    tried: frozenset[str]  # strategies already tried on the incumbent
+    context: PackedContext | None  # None when memory is off and there is nothing to pack
+    retrieved: list[Hit] = field(default_factory=list)
+    hot_rules: list[dict[str, Any]] = field(default_factory=list)  # {"key", "statement", ...}
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    candidate: Candidate | None  # None: nothing more to try; `rationale` says why
+    adopted: list[dict[str, str]] = field(default_factory=list)  # [{"key", "why"}]
+    rationale: str = ""
+    paused_reason: str = ""  # set when the policy cannot go on for now (its API gave up)
+    retrieved: list[str] = field(default_factory=list)  # keys it looked up itself (searches)
+
+
+class Tools(Protocol):
+    """What the loop offers a policy besides proposing: memory search and diagnostics."""
+
+    def search_memory(self, text: str, limit: int = 8) -> list[Hit]: ...
+
+    def diagnose(self, candidate: Candidate, *, profile: bool, debug: bool) -> str: ...
+
+    def note_tool(self, tool: str, summary: str) -> None: ...
+
+    def charge_model_call(self, model: str, usage: dict[str, int], attempts: int) -> None: ...
+
+    def tokens_left(self) -> int: ...
+
+
+class Policy(Protocol):
+    name: str
+
+    def propose(self, situation: Situation, tools: Tools) -> Proposal: ...

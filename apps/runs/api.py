@@ -1,0 +1,164 @@
+"""Sessions over HTTP: launch, list, inspect, control, and read the journal since a seq.
+
+No `from __future__ import annotations` here: ninja reads the parameter annotations of
+@paginate-wrapped views at run time, where string annotations cannot be resolved.
+"""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from apps.accounts.roles import Permission
+from apps.accounts.selectors import membership_for
+from apps.core.errors import DomainError, NotFound
+from apps.memory.journal import events_since
+from apps.runs.config import Budgets, Measurement
+from apps.runs.models import OptimizationSession
+from apps.runs.services import (
+    session_create,
+    session_pause,
+    session_rerun,
+    session_resume,
+    session_stop,
+)
+
+router = Router(tags=["sessions"])
+
+MAX_UPLOAD_CHARS = 200_000
+
+
+class BudgetsIn(Schema):
+    rounds: int = Field(30, ge=1, le=1000)
+    tokens: int = Field(1_000_000, ge=1, le=100_000_000)
+    plateau: int = Field(10, ge=1, le=1000)
+    context_tokens: int = Field(12_000, ge=500, le=200_000)
+
+
+class MeasurementIn(Schema):
+    seeds: int = Field(3, ge=1, le=20)
+    warmup: int = Field(5, ge=0, le=1000)
+    repeats: int = Field(100, ge=3, le=100_000)
+
+
+class SessionIn(Schema):
+    operators: list[str] = Field(default_factory=list, max_length=500)
+    suite: str | None = Field(None, max_length=64)
+    target: str = Field("cpu-c", max_length=32)
+    policy: Literal["offline", "claude"] = "offline"
+    model: str = Field("", max_length=100)
+    memory_mode: Literal["off", "read_only", "read_write"] = "read_write"
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    budgets: BudgetsIn | None = None
+    measurement: MeasurementIn | None = None
+    starting_kernels: dict[str, str] = Field(default_factory=dict)
+    label: str = Field("", max_length=200)
+
+
+class SessionOut(Schema):
+    id: int
+    label: str
+    status: str
+    status_reason: str
+    target: str
+    policy: str
+    memory_mode: str
+    config: dict[str, Any]
+    tokens_used: int
+    last_seq: int
+    rerun_of: int | None
+    created_by: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class EventOut(Schema):
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    at: datetime
+
+
+def session_out(session: OptimizationSession) -> dict[str, Any]:
+    fields = ["label", "status", "status_reason", "target", "policy", "memory_mode", "config",
+              "tokens_used", "last_seq", "created_at", "finished_at"]  # fmt: skip
+    return {
+        "id": session.pk, **{name: getattr(session, name) for name in fields},
+        "rerun_of": session.rerun_of_id,
+        "created_by": session.created_by.username if session.created_by else None,
+    }  # fmt: skip
+
+
+def team_session(request: HttpRequest, slug: str, session_id: int) -> OptimizationSession:
+    team = membership_for(request.user, slug, Permission.VIEW).team
+    session = OptimizationSession.objects.filter(team=team, pk=session_id).first()
+    if session is None:
+        raise NotFound(f"No session {session_id}.")
+    return session
+
+
+@router.post("/teams/{slug}/sessions", response={201: SessionOut})
+def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
+    team = membership_for(request.user, slug, Permission.RUN).team
+    too_big = [k for k, v in payload.starting_kernels.items() if len(v) > MAX_UPLOAD_CHARS]
+    if too_big:
+        raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
+                          f"{', '.join(too_big)}")  # fmt: skip
+    budgets = Budgets(**payload.budgets.dict()) if payload.budgets else None
+    measurement = Measurement(**payload.measurement.dict()) if payload.measurement else None
+    session = session_create(
+        team=team, user=request.user, operators=payload.operators or None,
+        suite=payload.suite, target=payload.target, policy=payload.policy, model=payload.model,
+        memory_mode=payload.memory_mode, seed=payload.seed, budgets=budgets,
+        measurement=measurement, uploads=payload.starting_kernels, label=payload.label,
+    )  # fmt: skip
+    return Status(201, session_out(session))
+
+
+@router.get("/teams/{slug}/sessions", response=list[SessionOut])
+@paginate(LimitOffsetPagination)
+def list_sessions(request: HttpRequest, slug: str) -> Any:
+    team = membership_for(request.user, slug, Permission.VIEW).team
+    sessions = OptimizationSession.objects.filter(team=team).select_related("created_by")
+    return [session_out(s) for s in sessions]
+
+
+@router.get("/teams/{slug}/sessions/{session_id}", response=SessionOut)
+def get_session(request: HttpRequest, slug: str, session_id: int) -> Any:
+    return session_out(team_session(request, slug, session_id))
+
+
+@router.get("/teams/{slug}/sessions/{session_id}/events", response=list[EventOut])
+@paginate(LimitOffsetPagination)
+def session_events(request: HttpRequest, slug: str, session_id: int, since: int = 0) -> Any:
+    session = team_session(request, slug, session_id)
+    return [
+        {"seq": e.seq, "kind": e.kind, "payload": e.payload, "at": e.created_at}
+        for e in events_since(session.pk, max(0, since))
+    ]
+
+
+@router.post("/teams/{slug}/sessions/{session_id}/pause", response=SessionOut)
+def pause_session(request: HttpRequest, slug: str, session_id: int) -> Any:
+    session = team_session(request, slug, session_id)
+    return session_out(session_pause(session=session, user=request.user))
+
+
+@router.post("/teams/{slug}/sessions/{session_id}/resume", response=SessionOut)
+def resume_session(request: HttpRequest, slug: str, session_id: int) -> Any:
+    session = team_session(request, slug, session_id)
+    return session_out(session_resume(session=session, user=request.user))
+
+
+@router.post("/teams/{slug}/sessions/{session_id}/stop", response=SessionOut)
+def stop_session(request: HttpRequest, slug: str, session_id: int) -> Any:
+    session = team_session(request, slug, session_id)
+    return session_out(session_stop(session=session, user=request.user))
+
+
+@router.post("/teams/{slug}/sessions/{session_id}/rerun", response={201: SessionOut})
+def rerun_session(request: HttpRequest, slug: str, session_id: int) -> Any:
+    session = team_session(request, slug, session_id)
+    return Status(201, session_out(session_rerun(session=session, user=request.user)))

@@ -1,0 +1,285 @@
+"""`manage.py bench kernels`: the offline policy over the built-in suite, memory on and off.
+
+Two sessions run one after the other in a fresh team, in this process (evaluations use the
+same sandboxed pipeline as the device workers; only the queue is skipped): first with memory
+read-write, then with memory off. Per operator it reports the naive starting kernel's latency,
+the best kernel's latency, the speedup over the naive start (SAGE's self-acceleration), the
+speedup over PyTorch eager (the evaluator times both alternately on the same inputs), whether
+it beats PyTorch, and the rounds used. The memory effect is the geometric mean over operators
+of best latency with memory off / with memory on (> 1: memory helped).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.utils import timezone
+
+from apps.accounts.models import Team
+from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
+from apps.memory.models import JournalEvent
+from apps.operators.models import Suite
+from apps.operators.services import builtin_suite_load
+from apps.runs.config import Budgets, Measurement
+from apps.runs.loop import advance, evaluate_here
+from apps.runs.models import OptimizationSession
+from apps.runs.policies import policy_for
+from apps.runs.services import session_create
+
+MODES = ("read_write", "off")
+
+
+@dataclass(frozen=True)
+class KernelsOptions:
+    operators: list[str] | None = None  # None: the whole built-in suite, in its order
+    rounds: int = 30
+    repeats: int = 30  # timed calls per evaluation (the sessions' default is 100)
+    seeds: int = 1  # input seeds per test case (sessions default to 3)
+    out_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class OperatorResult:
+    operator: str
+    mode: str
+    correct: bool
+    start_ms: float | None
+    best_ms: float | None
+    speedup_vs_naive: float | None
+    speedup_vs_reference: float | None
+    beats_reference: bool
+    rounds_used: int
+    best_strategy_chain: str
+    stop_reason: str
+
+
+def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[str, Any]:
+    options.progress("storing the built-in suite (first run only)")
+    suite = builtin_suite_load()
+    slugs = kernels.operators or suite_slugs(suite)
+    unknown = sorted(set(slugs) - set(suite_slugs(suite)))
+    if unknown:
+        raise BenchmarkError(f"not built-in operators: {', '.join(unknown)}")
+    team = Team.objects.create(name=f"bench kernels {timezone.now():%Y-%m-%d %H:%M:%S}",
+                               slug=f"bench-kernels-{time.time_ns()}")  # fmt: skip
+    started = time.monotonic()
+    results: dict[str, list[OperatorResult]] = {}
+    sessions = {}
+    for mode in MODES:
+        session = run_session(team, slugs, mode, kernels, options.progress)
+        sessions[mode] = session.pk
+        results[mode] = operator_results(session, slugs, mode)
+    report = summary(results, slugs)
+    report.update(team=team.slug, sessions=sessions, wall_s=time.monotonic() - started,
+                  settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
+    report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
+    return report
+
+
+def suite_slugs(suite: Suite) -> list[str]:
+    return [entry.operator.slug for entry in suite.entries.select_related("operator")]
+
+
+def default_out_dir() -> Path:
+    return Path(settings.DATA_DIR) / "bench"
+
+
+def run_session(team: Team, slugs: list[str], mode: str, kernels: KernelsOptions,
+                progress: Callable[[str], None]) -> OptimizationSession:  # fmt: skip
+    session = session_create(
+        team=team, user=None, operators=slugs, memory_mode=mode, start=False,
+        label=f"bench kernels, memory {mode}",
+        budgets=Budgets(rounds=kernels.rounds, plateau=kernels.rounds),
+        measurement=Measurement(seeds=kernels.seeds, warmup=3, repeats=kernels.repeats),
+    )  # fmt: skip
+    eager = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True  # case embeddings happen here, not in a worker
+    try:
+        iterations = 0
+        while advance(session.pk, evaluate=evaluate_here, policy_for=policy_for):
+            iterations += 1
+            progress(f"memory {mode}: {iteration_line(session.pk)} ({iterations} iterations)")
+    finally:
+        current_app.conf.task_always_eager = eager
+    session.refresh_from_db()
+    if session.status != OptimizationSession.Status.FINISHED:
+        raise BenchmarkError(f"session {session.pk} ended {session.status}: "
+                             f"{session.status_reason}")  # fmt: skip
+    return session
+
+
+def iteration_line(session_id: int) -> str:
+    last = (
+        JournalEvent.objects.filter(session_id=session_id, kind="case_recorded")
+        .order_by("-seq")
+        .first()
+    )
+    if last is None:
+        return "starting"
+    p = last.payload
+    latency = f"{p['latency_ms']:.2f} ms" if p.get("latency_ms") else "-"
+    return f"iteration {p['iteration']} {p['strategy'][:40]} -> {p['outcome']} {latency}"
+
+
+def operator_results(session: OptimizationSession, slugs: list[str],
+                     mode: str) -> list[OperatorResult]:  # fmt: skip
+    finished = {
+        e.payload["operator"]: e.payload
+        for e in JournalEvent.objects.filter(session=session, kind="operator_finished")
+    }
+    results = []
+    for slug in slugs:
+        p = finished.get(slug)
+        if p is None:
+            raise BenchmarkError(f"{slug} did not finish in session {session.pk}")
+        best_ref = p["speedup_vs_reference"]
+        results.append(OperatorResult(
+            operator=slug, mode=mode, correct=p["best_case_id"] is not None,
+            start_ms=p["start_latency_ms"], best_ms=p["best_latency_ms"],
+            speedup_vs_naive=p["speedup_vs_start"], speedup_vs_reference=best_ref,
+            beats_reference=bool(best_ref and best_ref > 1.0), rounds_used=p["rounds_used"],
+            best_strategy_chain=strategy_chain(session, p["best_case_id"]),
+            stop_reason=p["reason"],
+        ))  # fmt: skip
+    return results
+
+
+def strategy_chain(session: OptimizationSession, case_id: int | None) -> str:
+    from apps.memory.models import Case
+
+    chain = []
+    case = Case.objects.filter(pk=case_id).first() if case_id else None
+    while case is not None and case.parent_id is not None:
+        chain.append(case.strategy)
+        case = case.parent
+    return " <- ".join(chain) or "(the start)"
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
+    n = len(results)
+    return {
+        "pass_rate": sum(r.correct for r in results) / n,
+        "geomean_speedup_vs_naive": geomean([r.speedup_vs_naive or 0 for r in results]),
+        "geomean_speedup_vs_reference": geomean([r.speedup_vs_reference or 0 for r in results]),
+        "fraction_faster_than_reference": sum(r.beats_reference for r in results) / n,
+        "median_self_acceleration": statistics.median(r.speedup_vs_naive or 0 for r in results),
+        "rounds_used": sum(r.rounds_used for r in results),
+    }
+
+
+def latency_ratio(off: OperatorResult, on: OperatorResult) -> float | None:
+    """Best latency with memory off / with memory on (> 1: memory helped)."""
+    return off.best_ms / on.best_ms if off.best_ms and on.best_ms else None
+
+
+def summary(results: dict[str, list[OperatorResult]], slugs: list[str]) -> dict[str, Any]:
+    on = {r.operator: r for r in results["read_write"]}
+    off = {r.operator: r for r in results["off"]}
+    ratios = [r for s in slugs if (r := latency_ratio(off[s], on[s])) is not None]
+    operators = []
+    for slug in slugs:
+        row = asdict(on[slug])
+        row.pop("mode")
+        row["memory_off"] = {
+            k: v for k, v in asdict(off[slug]).items() if k not in ("operator", "mode")
+        }
+        row["memory_ratio"] = latency_ratio(off[slug], on[slug])
+        operators.append(row)
+    return {
+        "operators": operators,
+        "memory_on": mode_summary(results["read_write"]),
+        "memory_off": mode_summary(results["off"]),
+        "memory_effect": geomean(ratios),
+    }
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+COLUMNS = ("operator", "correct", "start_ms", "best_ms", "speedup_vs_naive",
+           "speedup_vs_reference", "beats_reference", "rounds_used")  # fmt: skip
+
+
+def csv_text(report: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["mode", *COLUMNS, "best_strategy_chain", "stop_reason"])
+    for row in report["operators"]:
+        for mode, values in (("memory_on", row), ("memory_off", row["memory_off"])):
+            merged = {**values, "operator": row["operator"]}
+            writer.writerow([mode, *(merged[c] for c in COLUMNS),
+                             merged["best_strategy_chain"], merged["stop_reason"]])  # fmt: skip
+    return out.getvalue()
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    lines = [
+        "| operator | naive ms | best ms (on) | x naive (on) | x PyTorch (on) | beats PyTorch "
+        "| rounds | best ms (off) | x naive (off) | off/on |",
+        "|---|---:|---:|---:|---:|:-:|---:|---:|---:|---:|",
+    ]
+    for row in report["operators"]:
+        off = row["memory_off"]
+        lines.append(
+            f"| {row['operator']} | {fmt(row['start_ms'], 3)} | {fmt(row['best_ms'], 3)} "
+            f"| {fmt(row['speedup_vs_naive'])} | {fmt(row['speedup_vs_reference'])} "
+            f"| {fmt(row['beats_reference'])} | {row['rounds_used']} | {fmt(off['best_ms'], 3)} "
+            f"| {fmt(off['speedup_vs_naive'])} | {fmt(row['memory_ratio'])} |"
+        )
+    lines += ["", "| | memory on | memory off |", "|---|---:|---:|"]
+    for key in (
+        "pass_rate",
+        "geomean_speedup_vs_naive",
+        "geomean_speedup_vs_reference",
+        "fraction_faster_than_reference",
+        "median_self_acceleration",
+        "rounds_used",
+    ):
+        lines.append(f"| {key} | {fmt(report['memory_on'][key])} "
+                     f"| {fmt(report['memory_off'][key])} |")  # fmt: skip
+    lines.append(f"\nmemory effect (geomean best latency off / on): "
+                 f"{fmt(report['memory_effect'])}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"kernels-{timezone.now():%Y%m%d-%H%M%S}"
+    md, table = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    md.write_text(markdown_table(report) + "\n")
+    table.write_text(csv_text(report))
+    return {"markdown": str(md), "csv": str(table)}
+
+
+def render(report: dict[str, Any]) -> str:
+    return (f"{markdown_table(report)}\n\nsessions {report['sessions']} in team "
+            f"{report['team']}; {report['wall_s']:.0f} s; tables: {report['files']['markdown']}, "
+            f"{report['files']['csv']}")  # fmt: skip
+
+
+def kernels_benchmark_for(kernels: KernelsOptions) -> Benchmark:
+    return Benchmark(run=lambda options: kernels_benchmark(options, kernels), render=render)

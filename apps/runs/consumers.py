@@ -1,0 +1,93 @@
+"""A session's live events over a websocket: the gap from the journal first, then live.
+
+The client connects to /ws/sessions/<id>/?after=<last seq it has>. The consumer joins the
+session's group before it reads the journal, so nothing committed in between is missed; it
+then sends every event with seq > after in order, and afterwards each live event whose seq is
+the next one. A live event that is already sent is dropped; one that skips ahead (a message
+lost while the channel layer restarted) makes it read the gap from the journal first. So the
+client sees every event once, in order, with no holes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from apps.accounts.models import Membership
+from apps.core.events import session_group
+from apps.memory.models import JournalEvent
+from apps.runs.models import OptimizationSession
+
+CLOSE_FORBIDDEN = 4403
+BATCH = 500
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]
+def may_watch(user_id: int | None, session_id: int) -> bool:
+    if user_id is None:
+        return False
+    team_id = OptimizationSession.objects.filter(pk=session_id).values_list("team_id", flat=True)
+    return Membership.objects.filter(user_id=user_id, team_id__in=team_id).exists()
+
+
+@database_sync_to_async  # type: ignore[untyped-decorator]
+def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
+    events = JournalEvent.objects.filter(session_id=session_id, seq__gt=seq).order_by("seq")
+    return [
+        {"session": session_id, "seq": e.seq, "kind": e.kind, "payload": e.payload,
+         "at": e.created_at.isoformat()}
+        for e in events[:BATCH]
+    ]  # fmt: skip
+
+
+def requested_after(query_string: bytes) -> int:
+    values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
+    return int(values[0]) if values[0].isdigit() else 0
+
+
+class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    group: str | None = None
+    session_id = 0
+    last_seq = 0
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        user_id = user.pk if user is not None and user.is_authenticated else None
+        if not await may_watch(user_id, self.session_id):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.last_seq = requested_after(self.scope.get("query_string", b""))
+        self.group = session_group(self.session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.catch_up()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def catch_up(self) -> None:
+        while True:
+            events = await events_after(self.session_id, self.last_seq)
+            for event in events:
+                await self.deliver(event)
+            if len(events) < BATCH:
+                return
+
+    async def session_event(self, message: dict[str, Any]) -> None:
+        event = message["payload"]
+        if event["seq"] <= self.last_seq:
+            return
+        if event["seq"] > self.last_seq + 1:
+            await self.catch_up()  # the journal has the gap and this event
+            return
+        await self.deliver(event)
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(event))
+        self.last_seq = event["seq"]

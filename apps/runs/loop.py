@@ -1,0 +1,738 @@
+"""The orchestrator: KOPE's loop, one iteration per call of `advance`.
+
+Where a session stands is read from its journal and cases every time, never kept in memory,
+so any agent worker can take the next iteration and a worker that died mid-way is replaced
+by one that replays the same iteration. Each step is appended under an idempotency key
+(`<operator position>:<iteration>:<kind>`): a replayed step finds its event and reuses it (the
+candidate already proposed, the evaluation already requested) instead of writing a second
+one, and a case is recorded once per iteration by a unique constraint.
+
+Per operator: iteration 0 evaluates the starting kernel; later iterations retrieve, assemble
+the context, ask the policy, evaluate and record, replacing the incumbent only when a correct
+candidate is faster by more than IMPROVEMENT_MARGIN. The correctness stage ends at the first
+correct kernel, the optimization stage when the operator stops (round or token budget,
+plateau, the policy has nothing left, a person's stop); each scored stage credits the items
+its iterations adopted (ATU) and lets consolidation propose rules (UGC).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.agents.coldstart import cold_start_documents
+from apps.agents.context import ContextItem, PackedContext, Tier, pack
+from apps.agents.policy import (
+    Attempt,
+    Candidate,
+    OperatorBrief,
+    Policy,
+    Proposal,
+    Situation,
+    Tools,
+)
+from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Evaluation, KernelSource
+from apps.devices.services import kernel_source_store
+from apps.devices.verdicts import describe_verdict
+from apps.memory.journal import journal_append, journal_record, step_done
+from apps.memory.learning import correctness_stage_score, optimization_stage_score
+from apps.memory.models import Case, JournalEvent
+from apps.memory.retrieval import Hit, Query, retrieve
+from apps.memory.rules import hot_memory
+from apps.memory.values import MemoryMode, consolidate, record_hot_memory_use, stage_credit
+from apps.operators.models import OperatorVersion
+from apps.operators.spec import spec_from_json
+from apps.runs.config import OperatorEntry, SessionConfig
+from apps.runs.models import OptimizationSession
+
+logger = logging.getLogger(__name__)
+
+IMPROVEMENT_MARGIN = 0.02  # faster by more than timing noise (~3% spread at the median)
+RETRIEVAL_LIMIT = 12
+LOCK_NAMESPACE = 7_001  # pg_advisory_lock(namespace, session id): one advancer per session
+STATUS = OptimizationSession.Status
+
+Evaluate = Callable[[OperatorVersion, Candidate, EvalSettings, OptimizationSession], Evaluation]
+PolicyFactory = Callable[[OptimizationSession, SessionConfig], Policy]
+
+
+class SessionPaused(Exception):
+    """The iteration cannot go on now (the model's API gave up, no device worker answered)."""
+
+
+# --- the entry point ---------------------------------------------------------------------------
+
+
+def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -> bool:
+    """Run the session's next iteration; True when there is more to do."""
+    with session_lock(session_id) as held:
+        if not held:
+            return False  # another worker is on it
+        session = OptimizationSession.objects.select_related("team").get(pk=session_id)
+        if session.status == STATUS.QUEUED:
+            session = session_begin(session)
+        if session.status == STATUS.STOPPING:
+            session_finish(session, "stopped", session.status_reason or "stopped by request")
+            return False
+        if session.status != STATUS.RUNNING:
+            return False
+        config = SessionConfig.from_json(session.config)
+        entry = current_operator(session, config)
+        if entry is None:
+            session_finish(session, "finished", "every operator is done")
+            return False
+        try:
+            Iteration(session, config, entry, evaluate, policy_for).run()
+        except SessionPaused as pause:
+            session_pause(session, str(pause))
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def session_lock(session_id: int) -> Iterator[bool]:
+    """A PostgreSQL advisory lock: released by the database when a worker dies holding it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, session_id])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session_id])
+
+
+def session_is_locked(session_id: int) -> bool:
+    with session_lock(session_id) as held:
+        return not held
+
+
+def session_begin(session: OptimizationSession) -> OptimizationSession:
+    config = SessionConfig.from_json(session.config)
+    OptimizationSession.objects.filter(pk=session.pk, status=STATUS.QUEUED).update(
+        status=STATUS.RUNNING
+    )
+    journal_append(session_id=session.pk, kind="session_started", step="session:started",
+                   payload={"policy": config.policy, "memory_mode": config.memory_mode,
+                            "operators": [e.slug for e in config.operators],
+                            "target": config.target})  # fmt: skip
+    session.refresh_from_db()
+    return session
+
+
+def session_finish(session: OptimizationSession, status: str, reason: str) -> None:
+    final = STATUS.FINISHED
+    with transaction.atomic():
+        OptimizationSession.objects.filter(pk=session.pk).update(
+            status=final, status_reason=reason, finished_at=timezone.now()
+        )
+        journal_append(session_id=session.pk, kind="session_finished", step="session:finished",
+                       payload={"status": status, "reason": reason})  # fmt: skip
+
+
+def session_pause(session: OptimizationSession, reason: str) -> None:
+    with transaction.atomic():
+        OptimizationSession.objects.filter(pk=session.pk).update(
+            status=STATUS.PAUSED, status_reason=reason
+        )
+        journal_append(session_id=session.pk, kind="session_paused",
+                       payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
+
+
+def current_operator(session: OptimizationSession, config: SessionConfig) -> OperatorEntry | None:
+    finished = set(
+        JournalEvent.objects.filter(session=session, kind="operator_finished").values_list(
+            "payload__operator", flat=True
+        )
+    )
+    return next((e for e in config.operators if e.slug not in finished), None)
+
+
+# --- one iteration -----------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where one operator stands, read from the session's cases and journal."""
+
+    cases: list[Case]
+    incumbent: Case | None
+    correctness_scored: bool
+    tokens_used: int
+
+    @property
+    def iteration(self) -> int:
+        return len(self.cases)
+
+    @property
+    def first_correct(self) -> Case | None:
+        return next((c for c in self.cases if c.correct), None)
+
+
+class Iteration:
+    def __init__(
+        self,
+        session: OptimizationSession,
+        config: SessionConfig,
+        entry: OperatorEntry,
+        evaluate: Evaluate,
+        policy_for: PolicyFactory,
+    ) -> None:
+        self.session, self.config, self.entry = session, config, entry
+        self.evaluate, self.policy_for = evaluate, policy_for
+        self.position = [e.slug for e in config.operators].index(entry.slug)
+        self.version = OperatorVersion.objects.select_related("operator").get(pk=entry.version_id)
+        self.mode = MemoryMode(config.memory_mode)
+        self.progress = load_progress(session, self.version, entry.slug)
+        self.n = self.progress.iteration
+
+    def step(self, kind: str) -> str:
+        return f"{self.position}:{self.n}:{kind}"
+
+    def append(self, kind: str, payload: dict[str, Any], step: str | None = None) -> JournalEvent:
+        return self.record_step(kind, payload, step)[0]
+
+    def record_step(
+        self, kind: str, payload: dict[str, Any], step: str | None = None
+    ) -> tuple[JournalEvent, bool]:
+        return journal_record(session_id=self.session.pk, kind=kind, payload=payload,
+                              step=self.step(kind) if step is None else step)  # fmt: skip
+
+    def run(self) -> None:
+        self.append("operator_started", {"operator": self.entry.slug,
+                    "version_id": self.version.pk, "position": self.position,
+                    "start": "uploaded" if self.entry.start_source_sha256 else "starting kernel"},
+                    step=f"{self.position}:start")  # fmt: skip
+        reason = self.stop_reason()
+        if reason:
+            self.finish_operator(reason)
+            return
+        stage = "optimization" if self.progress.first_correct else "correctness"
+        rounds_left = self.config.budgets.rounds - self.n
+        self.append("iteration_started", {"operator": self.entry.slug, "iteration": self.n,
+                                          "stage": stage, "rounds_left": rounds_left})  # fmt: skip
+        proposed = self.proposal()
+        if proposed is None:
+            return
+        candidate, adopted, retrieved = proposed
+        evaluation = self.evaluate(self.version, candidate, self.eval_settings(candidate),
+                                   self.session)  # fmt: skip
+        self.report_verdict(evaluation)
+        case = self.record(candidate, evaluation, adopted, retrieved)
+        self.after_record(case)
+
+    # --- stopping ---
+
+    def stop_reason(self) -> str:
+        budgets, progress = self.config.budgets, self.progress
+        if self.session.status == STATUS.STOPPING:
+            return "stopped by request"
+        if self.n >= budgets.rounds:
+            return f"round budget spent ({budgets.rounds} rounds)"
+        if progress.tokens_used >= budgets.tokens:
+            return f"token budget spent ({progress.tokens_used} of {budgets.tokens} tokens)"
+        incumbent = progress.incumbent
+        if incumbent is not None and self.n - incumbent.iteration - 1 >= budgets.plateau:
+            return f"plateau: no faster correct kernel in the last {budgets.plateau} rounds"
+        return ""
+
+    # --- proposing ---
+
+    def proposal(self) -> tuple[Candidate, list[dict[str, str]], list[str]] | None:
+        """The candidate of this iteration (the one already proposed, when replaying), the
+        items adopted for it and the items that were in context; None when the operator
+        stopped instead."""
+        done = step_done(self.session.pk, self.step("candidate_proposed"))
+        if done is not None:
+            return candidate_of(done), done.payload["adopted"], done.payload["retrieved"]
+        if self.n == 0:
+            candidate = self.starting_candidate()
+            if candidate is not None:
+                self.propose_event(
+                    candidate, Proposal(candidate, rationale="the starting kernel"), []
+                )
+                return candidate, [], []
+            if self.config.policy != "claude":
+                self.finish_operator(
+                    f"{self.entry.slug} has no starting kernel for {self.config.target} and "
+                    "none was uploaded; the offline policy only transforms an existing kernel: "
+                    "upload one, or use the Claude policy, which writes one"
+                )
+                return None
+        situation = self.situation()
+        tools = LoopTools(self)
+        proposal = self.policy_for(self.session, self.config).propose(situation, tools)
+        if proposal.paused_reason:
+            raise SessionPaused(proposal.paused_reason)
+        if proposal.candidate is None:
+            self.finish_operator(f"the policy stopped: {proposal.rationale}")
+            return None
+        retrieved = [h.key for h in situation.retrieved] + [r["key"] for r in situation.hot_rules]
+        retrieved += [key for key in proposal.retrieved if key not in set(retrieved)]
+        adopted = [a for a in proposal.adopted if a.get("key") in set(retrieved)]
+        self.propose_event(
+            proposal.candidate, Proposal(proposal.candidate, adopted, proposal.rationale), retrieved
+        )  # fmt: skip
+        return proposal.candidate, adopted, retrieved
+
+    def starting_candidate(self) -> Candidate | None:
+        if self.entry.start_source_sha256:
+            source = KernelSource.objects.get(sha256=self.entry.start_source_sha256)
+            return Candidate(source.text, "uploaded starting kernel")
+        start = self.version.starting_kernels.filter(target=self.config.target).first()
+        return Candidate(start.source, "starting kernel") if start else None
+
+    def propose_event(self, candidate: Candidate, proposal: Proposal, retrieved: list[str]) -> None:
+        source = kernel_source_store(candidate.source)
+        parent = self.parent_case()
+        self.append("candidate_proposed", {
+            "operator": self.entry.slug, "iteration": self.n, "strategy": candidate.strategy,
+            "source_sha256": source.sha256, "parent_case_id": parent.pk if parent else None,
+            "flags": list(candidate.flags), "threads": candidate.threads,
+            "adopted": proposal.adopted, "retrieved": retrieved,
+            "rationale": proposal.rationale[:2000],
+        })  # fmt: skip
+
+    def parent_case(self) -> Case | None:
+        """What a candidate modifies: the incumbent, or while repairing, the latest attempt."""
+        if self.progress.incumbent is not None:
+            return self.progress.incumbent
+        return self.progress.cases[-1] if self.progress.cases else None
+
+    def situation(self) -> Situation:
+        hits, rules = self.memory()
+        incumbent = attempt_of(self.progress.incumbent) if self.progress.incumbent else None
+        latest = attempt_of(self.progress.cases[-1]) if self.progress.cases else None
+        packed = self.context(hits, rules, incumbent, latest)
+        in_context = set(packed.keys_in("admitted")) | set(packed.keys_in("shortened"))
+        hits = [h for h in hits if h.key in in_context]
+        rules = [r for r in rules if r["key"] in in_context]
+        self.append("context_assembled", {
+            "operator": self.entry.slug, "iteration": self.n, "tokens": packed.tokens,
+            "budget": packed.budget, "tokens_per_tier": packed.tokens_per_tier(),
+            "admitted": packed.keys_in("admitted"), "shortened": packed.keys_in("shortened"),
+            "cut": packed.keys_in("cut"),
+            "retrieved": [{"key": h.key, "kind": h.kind, "operator": h.provenance["operator"],
+                           "similarity": round(h.scores["similarity"], 4),
+                           "value": h.scores["value"]} for h in hits],
+            "hot_rules": [r["key"] for r in rules],
+        })  # fmt: skip
+        tried = frozenset(
+            c.strategy for c in self.progress.cases
+            if incumbent is not None and c.parent_id == incumbent.case_id
+        )  # fmt: skip
+        return Situation(
+            session_id=self.session.pk, team_id=self.session.team_id, target=self.config.target,
+            operator=brief_of(self.version), iteration=self.n,
+            stage="optimization" if incumbent else "correctness",
+            rounds_left=self.config.budgets.rounds - self.n, incumbent=incumbent, latest=latest,
+            tried=tried, context=packed, retrieved=hits, hot_rules=rules, seed=self.config.seed,
+        )  # fmt: skip
+
+    def memory(self) -> tuple[list[Hit], list[dict[str, Any]]]:
+        if self.mode == MemoryMode.OFF:
+            return [], []
+        rules = [
+            {"key": f"rule:{v.rule_id}", "statement": v.statement, "applies_when": v.applies_when,
+             "not_when": v.not_when, "text": f"{v.statement}\nApplies when: {v.applies_when}"}
+            for v in hot_memory(self.session.team)
+        ]  # fmt: skip
+        resident = {r["key"] for r in rules}
+        query = Query(text=query_text(self.version, self.progress), team_id=self.session.team_id,
+                      target=self.config.target, kinds=("case", "rule"),
+                      limit=RETRIEVAL_LIMIT)  # fmt: skip
+        # No family filter: the family is in the query text, and a lesson from another family
+        # (a loop order, a thread count) often carries over.
+        hits = [h for h in retrieve(query) if h.key not in resident]
+        return hits, rules
+
+    def context(self, hits: list[Hit], rules: list[dict[str, Any]], incumbent: Attempt | None,
+                latest: Attempt | None) -> PackedContext:  # fmt: skip
+        items = [ContextItem("task", Tier.HOT, task_text(self.version, self.config),
+                             required=True)]  # fmt: skip
+        if incumbent is not None:
+            items.append(ContextItem("incumbent", Tier.HOT, kernel_text(incumbent),
+                                     short_text=incumbent.candidate.strategy, required=True,
+                                     priority=2))  # fmt: skip
+        if latest is not None and (incumbent is None or latest.case_id != incumbent.case_id):
+            items.append(ContextItem("latest-verdict", Tier.HOT, latest.verdict_summary,
+                                     short_text=latest.verdict_summary[:400], required=True,
+                                     priority=1))  # fmt: skip
+        items += [ContextItem(r["key"], Tier.HOT, r["text"], priority=0) for r in rules]
+        items += [
+            ContextItem(h.key, Tier.WARM, h.text, priority=RETRIEVAL_LIMIT - position)
+            for position, h in enumerate(hits)
+        ]
+        items += cold_start_documents(self.config.target)
+        return pack(items, self.config.budgets.context_tokens)
+
+    # --- evaluating and recording ---
+
+    def eval_settings(self, candidate: Candidate) -> EvalSettings:
+        m = self.config.measurement
+        return EvalSettings(
+            seeds=m.seeds,
+            warmup=m.warmup,
+            repeats=m.repeats,
+            threads=candidate.threads,
+            extra_flags=tuple(candidate.flags),
+        )
+
+    def report_verdict(self, evaluation: Evaluation) -> None:
+        verdict = evaluation.verdict or {}
+        base = {"operator": self.entry.slug, "iteration": self.n, "evaluation_id": evaluation.pk}
+        compiled = verdict.get("compiled")
+        if compiled is not None:
+            errors = compiled.get("errors", [])[:5]
+            self.append("compiled", {**base, "ok": bool(compiled["ok"]),
+                                     "detail": {"cached": compiled.get("cached", False),
+                                                "errors": errors}})  # fmt: skip
+        correct = verdict.get("correct")
+        if correct is not None:
+            failing = [c for c in correct.get("cases", []) if not c.get("passed")][:10]
+            self.append("case_results", {**base, "ok": bool(correct["ok"]), "detail": {
+                "runs": correct.get("runs"), "failed": correct.get("failed"),
+                "failing": failing}})  # fmt: skip
+        timed = verdict.get("timed")
+        if timed is not None:
+            detail = {k: timed.get(k) for k in ("case_id", "speedup", "reason", "threads")}
+            if "candidate" in timed:
+                detail["median_ms"] = timed["candidate"]["median_ms"]
+                detail["reference_median_ms"] = timed["reference"]["median_ms"]
+            self.append("timed", {**base, "ok": bool(timed.get("ok")), "detail": detail})
+
+    def record(self, candidate: Candidate, evaluation: Evaluation,
+               adopted: list[dict[str, str]], retrieved: list[str]) -> Case:  # fmt: skip
+        parent = self.parent_case()
+        judged = judge(evaluation, parent.latency_ms if parent else None)
+        source = kernel_source_store(candidate.source)
+        incumbent = self.progress.incumbent
+        with transaction.atomic():
+            event = self.append("case_recorded", {
+                "iteration": self.n, "version_id": self.version.pk, "target": self.config.target,
+                "strategy": candidate.strategy, "outcome": judged.outcome,
+                "correct": judged.correct, "parent_case_id": parent.pk if parent else None,
+                "tags": strategy_tags(candidate), "source_sha256": source.sha256,
+                "validation": judged.validation, "latency_ms": judged.latency_ms,
+                "speedup_vs_reference": judged.speedup_vs_reference,
+                "speedup_vs_parent": judged.speedup_vs_parent, "feedback": judged.feedback,
+                "retrieved": retrieved, "adopted": adopted,
+            })  # fmt: skip
+            case = Case.objects.get(pk=event.pk)
+            if faster(case, incumbent):
+                self.append("incumbent_replaced", {
+                    "operator": self.entry.slug, "iteration": self.n, "case_id": case.pk,
+                    "previous_case_id": incumbent.pk if incumbent else None,
+                    "latency_ms": case.latency_ms,
+                    "previous_latency_ms": incumbent.latency_ms if incumbent else None,
+                })  # fmt: skip
+            if retrieved:
+                self.append("adoption_recorded", {"operator": self.entry.slug,
+                            "iteration": self.n, "case_id": case.pk, "retrieved": retrieved,
+                            "adopted": adopted})  # fmt: skip
+        return case
+
+    def after_record(self, case: Case) -> None:
+        first_correct = self.progress.first_correct
+        if case.correct and first_correct is None:
+            stage_cases = [*self.progress.cases, case]
+            self.score_stage("correctness", correctness_stage_score(True), stage_cases)
+
+    # --- ending stages and operators ---
+
+    def finish_operator(self, reason: str) -> None:
+        progress = load_progress(self.session, self.version, self.entry.slug)
+        first = progress.first_correct
+        if first is None:
+            self.score_stage("correctness", correctness_stage_score(False), progress.cases)
+        else:
+            best = progress.incumbent or first
+            score = optimization_stage_score(first.latency_ms or 0.0, best.latency_ms or 0.0)
+            later = [c for c in progress.cases if c.iteration > first.iteration]
+            self.score_stage("optimization", score, later, first=first, best=best)
+        self.append("operator_finished", operator_summary(self.entry.slug, reason, progress),
+                    step=f"{self.position}:finished")  # fmt: skip
+
+    def score_stage(self, stage: str, score: float, cases: list[Case], *,
+                    first: Case | None = None, best: Case | None = None) -> None:  # fmt: skip
+        retrieved = list(dict.fromkeys(k for c in cases for k in c.retrieved))
+        adopted = list(dict.fromkeys(a["key"] for c in cases for a in c.adopted))
+        step = f"{self.position}:{stage}"
+        used_rules = {int(k.split(":")[1]) for k in adopted if k.startswith("rule:")}
+        with transaction.atomic():  # credited once with the stage's score, or not at all
+            _, new = self.record_step("stage_scored", {
+                "operator": self.entry.slug, "stage": stage, "score": score,
+                "retrieved": retrieved, "adopted": adopted,
+                "latency_first_ms": first.latency_ms if first else None,
+                "latency_best_ms": best.latency_ms if best else None,
+            }, step=f"{step}:scored")  # fmt: skip
+            if new:
+                stage_credit(session_id=self.session.pk, mode=self.mode, stage=stage,
+                             operator=self.entry.slug, score=score, retrieved=retrieved,
+                             adopted=adopted, step=f"{step}:credit")  # fmt: skip
+                record_hot_memory_use(self.session.team, used_rules, mode=self.mode)
+        for rule in consolidate(self.session.team, mode=self.mode):
+            version = rule.versions.order_by("-number").first()
+            self.append("rule_proposed", {"rule_id": rule.pk, "source_key": rule.source_key,
+                                          "statement": version.statement if version else ""},
+                        step=f"rule:{rule.pk}")  # fmt: skip
+
+
+# --- reading progress ----------------------------------------------------------------------------
+
+
+def load_progress(session: OptimizationSession, version: OperatorVersion, slug: str) -> Progress:
+    cases = list(
+        Case.objects.filter(session=session, version=version)
+        .select_related("source", "version__operator")
+        .order_by("iteration")
+    )
+    events = JournalEvent.objects.filter(session=session, payload__operator=slug)
+    replaced = events.filter(kind="incumbent_replaced").order_by("-seq").first()
+    incumbent = next((c for c in cases if replaced and c.pk == replaced.payload["case_id"]), None)
+    tokens = sum(
+        sum(e.payload["usage"].values()) for e in events.filter(kind="model_called").only("payload")
+    )
+    scored = events.filter(kind="stage_scored", payload__stage="correctness").exists()
+    return Progress(cases, incumbent, scored, tokens)
+
+
+def candidate_of(event: JournalEvent) -> Candidate:
+    payload = event.payload
+    source = KernelSource.objects.get(sha256=payload["source_sha256"])
+    return Candidate(source.text, payload["strategy"], tuple(payload["flags"]), payload["threads"])
+
+
+def candidate_of_case(case: Case) -> Candidate:
+    """The candidate a case evaluated, as it was proposed (flags and threads included)."""
+    if case.source is None:
+        return Candidate("", case.strategy)
+    event = JournalEvent.objects.filter(
+        session_id=case.session_id, kind="candidate_proposed",
+        payload__operator=case.version.operator.slug, payload__iteration=case.iteration,
+        payload__source_sha256=case.source.sha256,
+    ).first()  # fmt: skip
+    if event is not None:
+        return candidate_of(event)
+    return Candidate(case.source.text, case.strategy)
+
+
+def attempt_of(case: Case) -> Attempt:
+    summary = case.feedback.get("summary", "")
+    return Attempt(case.pk, candidate_of_case(case), case.outcome, case.correct,
+                   case.latency_ms, summary)  # fmt: skip
+
+
+def brief_of(version: OperatorVersion) -> OperatorBrief:
+    spec = spec_from_json(version.spec)
+    return OperatorBrief(
+        slug=version.operator.slug,
+        name=version.name,
+        family=version.operator.family,
+        description=version.description,
+        version_id=version.pk,
+        max_abs=spec.max_abs,
+        max_rel=spec.max_rel,
+    )
+
+
+def query_text(version: OperatorVersion, progress: Progress) -> str:
+    incumbent = progress.incumbent.strategy if progress.incumbent else "the starting kernel"
+    return (f"{version.name} ({version.operator.slug}, {version.operator.family}). "
+            f"{version.description.strip()[:300]} Incumbent: {incumbent}.")  # fmt: skip
+
+
+def task_text(version: OperatorVersion, config: SessionConfig) -> str:
+    spec = spec_from_json(version.spec)
+    return (f"Optimize {version.name} ({version.operator.slug}, family "
+            f"{version.operator.family}) for {config.target}.\n{version.description.strip()}\n"
+            f"Tolerance: max_abs {spec.max_abs:g}, max_rel {spec.max_rel:g}.")  # fmt: skip
+
+
+def kernel_text(attempt: Attempt) -> str:
+    c = attempt.candidate
+    latency = f"{attempt.latency_ms:.3f} ms" if attempt.latency_ms else "not timed"
+    return (f"Incumbent ({c.strategy}; {latency}; threads {c.threads}; flags "
+            f"{' '.join(c.flags) or 'none'}):\n```c\n{c.source}\n```")  # fmt: skip
+
+
+def strategy_tags(candidate: Candidate) -> list[str]:
+    tags = [candidate.strategy.split("(", 1)[0].strip()]
+    if candidate.threads > 1:
+        tags.append(f"threads={candidate.threads}")
+    return tags + list(candidate.flags)
+
+
+def faster(case: Case, incumbent: Case | None) -> bool:
+    if not case.correct or case.latency_ms is None:
+        return False
+    if incumbent is None or incumbent.latency_ms is None:
+        return True
+    return case.latency_ms < incumbent.latency_ms * (1 - IMPROVEMENT_MARGIN)
+
+
+def operator_summary(slug: str, reason: str, progress: Progress) -> dict[str, Any]:
+    start = progress.cases[0] if progress.cases else None
+    best = progress.incumbent
+    start_ms = start.latency_ms if start else None
+    best_ms = best.latency_ms if best else None
+    return {
+        "operator": slug, "reason": reason, "rounds_used": progress.iteration,
+        "best_case_id": best.pk if best else None, "start_latency_ms": start_ms,
+        "best_latency_ms": best_ms,
+        "speedup_vs_start": start_ms / best_ms if start_ms and best_ms else None,
+        "speedup_vs_reference": best.speedup_vs_reference if best else None,
+    }  # fmt: skip
+
+
+# --- judging a verdict into a case's outcome --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    outcome: str
+    correct: bool
+    latency_ms: float | None = None
+    speedup_vs_reference: float | None = None
+    speedup_vs_parent: float | None = None
+    validation: dict[str, Any] | None = None
+    feedback: dict[str, Any] | None = None
+
+
+def judge(evaluation: Evaluation, parent_latency_ms: float | None) -> Judged:
+    if evaluation.status != Evaluation.Status.DONE or not evaluation.verdict:
+        reason = evaluation.error or "the evaluation did not finish"
+        return Judged(
+            "crashed",
+            False,
+            validation={},
+            feedback={"summary": f"evaluation failed: {reason}", "reason": reason},
+        )
+    verdict = evaluation.verdict
+    summary = describe_verdict(verdict)[:3000]
+    feedback = {"summary": summary, "reason": verdict.get("reason", ""),
+                "flags": verdict.get("flags", []), "evaluation_id": evaluation.pk}  # fmt: skip
+    validation = {"cases": (verdict.get("correct") or {}).get("cases", [])[:50]}
+    status = verdict["status"]
+    if status != "correct":
+        outcome = status if status in ("compile_error", "incorrect", "crashed", "timed_out",
+                                       "rejected") else "crashed"  # fmt: skip
+        return Judged(outcome, False, validation=validation, feedback=feedback)
+    timed = verdict.get("timed") or {}
+    if not timed.get("ok") or "candidate" not in timed:
+        wrong = "wrong output" in " ".join(verdict.get("flags", []))
+        return Judged(
+            "incorrect" if wrong else "crashed",
+            False,
+            validation=validation,
+            feedback={**feedback, "reason": timed.get("reason", "not timed")},
+        )
+    latency = float(timed["candidate"]["median_ms"])
+    vs_parent = parent_latency_ms / latency if parent_latency_ms else None
+    outcome = "no_change"
+    if vs_parent is not None and vs_parent > 1 / (1 - IMPROVEMENT_MARGIN):
+        outcome = "improved"
+    elif vs_parent is not None and vs_parent < 1 - IMPROVEMENT_MARGIN:
+        outcome = "regressed"
+    return Judged(outcome, True, latency, float(timed["speedup"]), vs_parent, validation, feedback)
+
+
+# --- the tools a policy may call --------------------------------------------------------------
+
+
+class LoopTools(Tools):
+    def __init__(self, iteration: Iteration) -> None:
+        self.iteration = iteration
+        self.calls = 0
+
+    def search_memory(self, text: str, limit: int = 8) -> list[Hit]:
+        it = self.iteration
+        if it.mode == MemoryMode.OFF:
+            return []
+        query = Query(text=text[:2000], team_id=it.session.team_id, target=it.config.target,
+                      kinds=("case", "rule", "document"), limit=max(1, min(limit, 20)))  # fmt: skip
+        return retrieve(query)
+
+    def diagnose(self, candidate: Candidate, *, profile: bool, debug: bool) -> str:
+        it = self.iteration
+        options = EvalSettings(seeds=1, warmup=1, repeats=5, threads=candidate.threads,
+                               timing=profile, profile=profile, debug=debug,
+                               extra_flags=tuple(candidate.flags))  # fmt: skip
+        evaluation = it.evaluate(it.version, candidate, options, it.session)
+        if evaluation.status != Evaluation.Status.DONE:
+            return f"the diagnostic run failed: {evaluation.error}"
+        return describe_verdict(evaluation.verdict or {})[:6000]
+
+    def note_tool(self, tool: str, summary: str) -> None:
+        self.calls += 1
+        it = self.iteration
+        it.append("tool_called", {"operator": it.entry.slug, "iteration": it.n, "tool": tool,
+                                  "summary": summary[:2000]},
+                  step=it.step(f"tool:{self.calls}"))  # fmt: skip
+
+    def charge_model_call(self, model: str, usage: dict[str, int], attempts: int) -> None:
+        """Journal the call; the journal adds its tokens to the session's total."""
+        self.calls += 1
+        it = self.iteration
+        _, new = it.record_step("model_called", {"operator": it.entry.slug, "iteration": it.n,
+                                                 "model": model, "usage": usage,
+                                                 "attempts": attempts},
+                                step=it.step(f"model:{self.calls}"))  # fmt: skip
+        if new:
+            it.progress.tokens_used += sum(usage.values())
+
+    def tokens_left(self) -> int:
+        it = self.iteration
+        return max(0, it.config.budgets.tokens - it.progress.tokens_used)
+
+
+# --- evaluators: on a device worker, or in this process ---------------------------------------
+
+
+def evaluate_on_worker(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
+                       session: OptimizationSession) -> Evaluation:  # fmt: skip
+    """Queue the evaluation for a device worker of the target and wait for its verdict."""
+    from apps.devices.services import evaluation_start
+
+    evaluation = evaluation_start(version=version, source_text=candidate.source, options=options,
+                                  team=session.team, target=session.target)  # fmt: skip
+    deadline = time.monotonic() + evaluation_wait_s()
+    while time.monotonic() < deadline:
+        evaluation.refresh_from_db()
+        if evaluation.status in (Evaluation.Status.DONE, Evaluation.Status.FAILED):
+            return evaluation
+        time.sleep(0.2)
+    raise SessionPaused(f"evaluation {evaluation.pk} did not finish within "
+                        f"{evaluation_wait_s():.0f} s: is a device worker for "
+                        f"{session.target} running?")  # fmt: skip
+
+
+def evaluation_wait_s() -> float:
+    # Every attempt may take the whole timeout of its confined runs (correctness, timing and
+    # diagnostics each start one), plus compiling and the reference.
+    return float(settings.KOPE_EVAL_TIMEOUT_S * 4 * settings.KOPE_EVAL_MAX_ATTEMPTS + 120)
+
+
+def evaluate_here(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
+                  session: OptimizationSession) -> Evaluation:  # fmt: skip
+    """Evaluate in this process (benchmarks and commands; the sandboxing is the same)."""
+    from apps.devices.services import evaluation_execute, evaluation_request
+
+    evaluation, to_run = evaluation_request(version=version, source_text=candidate.source,
+                                            options=options, team=session.team,
+                                            target=session.target)  # fmt: skip
+    # Here nobody else runs it: one left RUNNING was cut short (this process was killed), and
+    # counts as an attempt like a worker that died.
+    if to_run or evaluation.status in (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING):
+        evaluation = evaluation_execute(evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)
+    return evaluation

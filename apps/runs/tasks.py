@@ -1,0 +1,53 @@
+"""The agent worker's tasks: advance a session one iteration at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready
+from django.db import OperationalError
+
+from apps.runs.models import OptimizationSession
+
+
+# No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue.
+@shared_task(name="runs.advance", acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, autoretry_for=(OperationalError,), retry_backoff=True,
+             max_retries=5)  # fmt: skip
+def advance_session(session_id: int, ticket: int) -> None:
+    """One iteration, then the next as a new task: a worker holds a session only while it
+    works on one iteration, so others (and a restarted worker) can take it up."""
+    from apps.runs.loop import advance, evaluate_on_worker
+    from apps.runs.policies import policy_for
+    from apps.runs.services import enqueue_advance
+
+    current = OptimizationSession.objects.filter(pk=session_id).values_list("ticket", flat=True)
+    if current.first() != ticket:
+        return  # a newer message for this session is queued: this one is stale
+    if advance(session_id, evaluate=evaluate_on_worker, policy_for=policy_for):
+        enqueue_advance(session_id)
+
+
+@shared_task(name="runs.resume_orphaned", ignore_result=True)
+def resume_orphaned() -> int:
+    """Sessions that should be running but that no worker holds (their worker died between
+    or during iterations): queue their next iteration. A duplicate is harmless: the session
+    lock lets one advancer in, and replayed steps are not recorded twice."""
+    from apps.runs.loop import session_is_locked
+    from apps.runs.services import enqueue_advance
+
+    active = (OptimizationSession.Status.RUNNING, OptimizationSession.Status.STOPPING)
+    resumed = 0
+    for session_id in OptimizationSession.objects.filter(status__in=active).values_list(
+        "pk", flat=True
+    ):
+        if not session_is_locked(session_id):
+            enqueue_advance(session_id)
+            resumed += 1
+    return resumed
+
+
+@worker_ready.connect
+def resume_after_start(**_: Any) -> None:
+    resume_orphaned.delay()

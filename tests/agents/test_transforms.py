@@ -1,0 +1,400 @@
+"""The offline policy's source transformations: on every built-in kernel they analyse the loops,
+offer strategies whose results parse and compile, and the legal ones compute the same numbers
+as the original."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apps.agents.offline.cparse import first_syntax_error, parse
+from apps.agents.offline.transforms import (
+    SOURCE_STRATEGIES,
+    LoopInfo,
+    Strategy,
+    TransformError,
+    applicable,
+    apply,
+    loops,
+    strategy_from_label,
+)
+from apps.devices.cpu_c.harness import Call, load_kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILTIN = ROOT / "apps" / "operators" / "builtin"
+HEADER_DIR = ROOT / "apps" / "devices" / "cpu_c"
+OPERATORS = sorted(folder.name for folder in BUILTIN.iterdir() if (folder / "naive.c").exists())
+# The evaluator's flags, at -O1: these builds only check that the code compiles and computes.
+FLAGS = ["-std=c11", "-O1", "-march=native", "-fopenmp", "-fPIC", f"-I{HEADER_DIR}"]
+STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
+# Strategies that never change what a kernel computes (beyond rounding).
+LEGAL = {
+    "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
+    "unroll",
+}  # fmt: skip
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+
+
+def naive(operator: str) -> str:
+    return (BUILTIN / operator / "naive.c").read_text()
+
+
+@functools.cache
+def strategies_for(operator: str) -> tuple[Strategy, ...]:
+    return tuple(applicable(naive(operator)))
+
+
+def make(name: str, **params: object) -> Strategy:
+    return Strategy.make(name, **params)
+
+
+def loop_by_id(source: str, loop_id: str) -> LoopInfo:
+    return next(info for info in loops(source) if info.id == loop_id)
+
+
+def compile_c(source: str, stem: Path, shared: bool) -> subprocess.CompletedProcess[str]:
+    source_file = stem.with_suffix(".c")
+    source_file.write_text(source)
+    output = ["-shared", "-o", str(stem.with_suffix(".so"))] if shared else ["-c", "-o",
+              str(stem.with_suffix(".o"))]  # fmt: skip
+    return subprocess.run(
+        ["gcc", *FLAGS, *STRICT, str(source_file), *output, "-lm"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+# --- analysis and offers on every built-in kernel ---------------------------------------------
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_every_builtin_kernel_has_loops_and_parsable_strategies(operator: str) -> None:
+    source = naive(operator)
+    found = loops(source)
+    assert found and [info.id for info in found] == [f"L{i}" for i in range(len(found))]
+    for info in found:
+        assert all(loop_by_id(source, child).parent == info.id for child in info.children)
+        assert info.perfect_child is None or info.perfect_child in info.children
+    strategies = strategies_for(operator)
+    assert strategies and {s.name for s in strategies} <= set(SOURCE_STRATEGIES)
+    for strategy in strategies:
+        assert strategy_from_label(strategy.label()) == strategy
+        result = apply(strategy, source)
+        assert result != source
+        assert first_syntax_error(parse(result.encode())) is None, strategy.label()
+        assert apply(strategy, source) == result  # deterministic
+
+
+@needs_gcc
+def test_every_applicable_strategy_compiles_without_warnings(tmp_path: Path) -> None:
+    variants = [
+        (f"{operator}: {strategy.label()}", apply(strategy, naive(operator)))
+        for operator in OPERATORS
+        for strategy in strategies_for(operator)
+    ]
+
+    def build(index: int) -> tuple[str, subprocess.CompletedProcess[str]]:
+        label, source = variants[index]
+        return label, compile_c(source, tmp_path / f"variant{index}", shared=False)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [
+            f"{label}\n{result.stderr}"
+            for label, result in pool.map(build, range(len(variants)))
+            if result.returncode != 0
+        ]
+    assert not failures, "\n".join(failures[:5])
+
+
+def test_pragma_insertions_leave_every_other_byte_alone() -> None:
+    source = naive("softmax_rows")
+    for strategy in strategies_for("softmax_rows"):
+        if strategy.name in ("omp_parallel_for", "omp_simd", "unroll"):
+            result = apply(strategy, source).splitlines(keepends=True)
+            added = [line for line in result if line.lstrip().startswith("#pragma")]
+            assert len(added) == 1
+            assert "".join(line for line in result if line not in added) == source
+
+
+# --- specific shapes ------------------------------------------------------------------------
+
+
+def test_gemm_inner_loop_accumulates_acc() -> None:
+    source = naive("gemm")
+    outer, middle, inner = loops(source)
+    assert (outer.var, middle.var, inner.var) == ("i", "j", "p")
+    assert outer.perfect_child == "L1" and middle.perfect_child is None
+    assert inner.reductions == [("acc", "+")] and not inner.carried
+    assert middle.reductions == []  # acc is declared inside the j loop
+
+
+def test_parallel_for_on_a_loop_with_a_reduction_emits_the_clause() -> None:
+    gemm = apply(make("omp_parallel_for", loop="L2", schedule="static"), naive("gemm"))
+    assert "#pragma omp parallel for schedule(static) reduction(+:acc)\n" in gemm
+    softmax = apply(make("omp_parallel_for", loop="L1", schedule="dynamic"), naive("softmax_rows"))
+    assert "#pragma omp parallel for schedule(dynamic) reduction(max:max)\n" in softmax
+    collapsed = apply(
+        make("omp_parallel_for", loop="L0", schedule="static", collapse=2), naive("gemm")
+    )
+    assert "#pragma omp parallel for schedule(static) collapse(2)\n" in collapsed
+
+
+def test_parallel_for_is_not_offered_inside_a_parallel_loop() -> None:
+    parallel = apply(make("omp_parallel_for", loop="L0", schedule="static"), naive("gemm"))
+    assert loops(parallel)[0].has_pragma
+    offered = {(s.name, s.param("loop")) for s in applicable(parallel)}
+    assert ("omp_parallel_for", "L1") not in offered and ("omp_parallel_for", "L0") not in offered
+    assert ("omp_simd", "L2") in offered
+
+
+def test_interchange_swaps_the_headers_of_a_perfect_nest() -> None:
+    transposed = apply(make("interchange", loop="L0"), naive("transpose_2d"))
+    assert [info.var for info in loops(transposed)] == ["j", "i"]
+    assert "for (int64_t j = 0; j < cols; ++j) {\n        for (int64_t i = 0; i < rows; ++i)" in (
+        transposed
+    )
+    gemm = apply(make("interchange", loop="L0"), naive("gemm"))
+    assert [info.var for info in loops(gemm)] == ["j", "i", "p"]
+
+
+def test_accumulate_in_output_turns_gemm_into_an_i_p_j_nest() -> None:
+    result = apply(make("accumulate_in_output", loop="L1"), naive("gemm"))
+    found = {info.id: info for info in loops(result)}
+    assert [(info.var, info.depth) for info in found.values()] == [
+        ("i", 0), ("j", 1), ("p", 1), ("j", 2),
+    ]  # fmt: skip
+    assert found["L0"].children == ["L1", "L2"] and found["L2"].perfect_child == "L3"
+    assert "C[i * n + j] = 0.0;" in result and "C[i * n + j] += " in result
+    assert "acc" not in result
+
+
+def test_accumulate_in_output_keeps_an_epilogue_as_a_final_pass() -> None:
+    result = apply(make("accumulate_in_output", loop="L1"), naive("matmul_bias_relu"))
+    assert [info.var for info in loops(result)] == ["i", "j", "p", "j", "j"]
+    assert "float v = (float)(y[i * n + j] + bias[j]);" in result
+
+
+def test_tile_turns_transpose_into_four_nested_loops() -> None:
+    result = apply(make("tile", loop="L0", size=32), naive("transpose_2d"))
+    found = loops(result)
+    assert [(info.var, info.depth) for info in found] == [("ii", 0), ("jj", 1), ("i", 2), ("j", 3)]
+    assert all(info.perfect_child == f"L{n + 1}" for n, info in enumerate(found[:-1]))
+    assert "for (int64_t i = ii; i < (ii + 32 < rows ? ii + 32 : rows); ++i)" in result
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_restrict_pointers_marks_every_data_pointer(operator: str) -> None:
+    source = naive(operator)
+    result = apply(make("restrict_pointers"), source)
+    data_lines = [line for line in source.splitlines() if ".data;" in line]
+    restricted = [line for line in result.splitlines() if ".data;" in line]
+    assert data_lines and len(restricted) == len(data_lines)
+    assert all("*restrict " in line for line in restricted)
+    assert result.count("restrict") == len(data_lines)
+
+
+def test_cumsum_scan_is_offered_simd_with_a_reduction() -> None:
+    source = naive("cumsum")
+    inner = loops(source)[1]
+    assert inner.reductions == [("sum", "+")] and inner.carried  # a scan: the evaluator judges
+    assert make("omp_simd", loop="L1") in strategies_for("cumsum")
+    assert "#pragma omp simd reduction(+:sum)\n" in apply(make("omp_simd", loop="L1"), source)
+
+
+def test_hoist_invariant_hoists_products_and_reciprocals() -> None:
+    gemm = apply(make("hoist_invariant", loop="L2"), naive("gemm"))
+    assert "const int64_t i_k = i * k;\n" in gemm and "A[i_k + p]" in gemm
+    softmax = apply(make("hoist_invariant", loop="L3"), naive("softmax_rows"))
+    assert "const double inv_sum = 1.0 / sum;" in softmax and "yr[c] * inv_sum" in softmax
+
+
+def test_float_accumulator_makes_the_sum_float() -> None:
+    result = apply(make("float_accumulator", loop="L2"), naive("gemm"))
+    assert "float acc = 0.0;" in result and "acc += (float)A[" in result
+
+
+def test_one_pragma_per_loop_and_positional_ids_after_a_change() -> None:
+    simd = apply(make("omp_simd", loop="L2"), naive("gemm"))
+    with pytest.raises(TransformError, match="L2"):
+        apply(make("unroll", loop="L2", factor=4), simd)
+    hoisted = apply(make("hoist_invariant", loop="L2"), naive("gemm"))
+    assert [info.var for info in loops(hoisted)] == ["i", "j", "p"]  # recomputed, same order
+
+
+# A kernel written the other ways C allows: braceless nests, variables declared before their
+# loops, loops sharing a line, every accumulation form, an early exit, a helper with a loop.
+UNUSUAL = """#include <math.h>
+#include "kope_kernel.h"
+
+static float first(const float *x, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += x[i];  /* not part of kope_kernel: ignored */
+    return s;
+}
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    const float *x = inputs[0].data; /* naïve: no cast */
+    float *y = (float *)(outputs[0].data);
+    int64_t rows = inputs[0].shape[0], cols = inputs[0].shape[1];
+    int64_t i, j;
+    double total = 0.0, product = 1.0;
+    float best = -INFINITY, least = INFINITY;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j += 1)
+            y[i * cols + j] = x[j * rows + i] / (float)cols;
+    for (i = 0; i < rows; i++) { for (j = 0; j < cols; j++) { y[i * cols + j] += 1.0f; } }
+    for (int64_t k = 0; k < rows * cols; ++k) {
+        total = total + y[k];
+        product *= 1.0001;
+        best = fmaxf(best, y[k]);
+        least = y[k] < least ? y[k] : least;
+    }
+    for (int64_t k = 0; k < rows; ++k) {
+        if (y[k] > 100.0f) break;
+        y[k] = y[k] > best ? y[k] : best;
+    }
+    y[0] += (float)(total + product) + least + first(x, 1);
+    return 0;
+}
+"""
+
+
+def test_unusual_c_is_analysed_and_transformed_into_code_that_compiles(tmp_path: Path) -> None:
+    found = loops(UNUSUAL)
+    assert [(info.var, info.depth) for info in found] == [
+        ("i", 0), ("j", 1), ("i", 0), ("j", 1), ("k", 0), ("k", 0),
+    ]  # fmt: skip
+    assert found[0].perfect_child == "L1" and found[2].perfect_child == "L3"
+    assert found[4].reductions == [
+        ("total", "+"), ("product", "*"), ("best", "max"), ("least", "min"),
+    ]  # fmt: skip
+    assert found[0].carried  # j is declared outside: shared between the iterations of i
+    offered = {s.label() for s in applicable(UNUSUAL)}
+    assert "omp_simd(loop=L5)" not in offered and "unroll(factor=4, loop=L5)" in offered  # break
+    assert "float_accumulator(loop=L4)" not in offered  # `double total, product`: one type
+    assert {"tile(loop=L0, size=16)", "interchange(loop=L2)", "hoist_invariant(loop=L1)"} <= offered
+    simd = apply(make("omp_simd", loop="L1"), UNUSUAL)
+    assert "        {\n        #pragma omp simd\n        for (j = 0;" in simd  # a braceless body
+    assert "reduction(+:total) reduction(*:product) reduction(max:best) reduction(min:least)" in (
+        apply(make("omp_parallel_for", loop="L4", schedule="static"), UNUSUAL)
+    )
+    if shutil.which("gcc") is None:
+        return
+    for index, strategy in enumerate(applicable(UNUSUAL)):
+        result = compile_c(apply(strategy, UNUSUAL), tmp_path / f"unusual{index}", shared=False)
+        assert result.returncode == 0, f"{strategy.label()}\n{result.stderr}"
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def test_errors_say_what_and_where() -> None:
+    with pytest.raises(TransformError, match=r"interchange: loop L2 \(line 13\)"):
+        apply(make("interchange", loop="L2"), naive("gemm"))
+    with pytest.raises(TransformError, match="line 1"):
+        loops("int x(")
+    with pytest.raises(TransformError, match="kope_kernel"):
+        loops("int other(void) { return 0; }\n")
+    with pytest.raises(TransformError, match="no loop L9"):
+        apply(make("omp_simd", loop="L9"), naive("relu"))
+    with pytest.raises(TransformError, match="factor"):
+        apply(make("unroll", loop="L0", factor=3), naive("relu"))
+    for junk in ("nonsense(", "nonsense()", "unroll(loop=L0", "unroll(color=red)", "tile(size=)"):
+        with pytest.raises(TransformError):
+            strategy_from_label(junk)
+
+
+def test_labels_round_trip() -> None:
+    strategy = make("omp_parallel_for", schedule="static", loop="L0")
+    assert strategy.label() == "omp_parallel_for(loop=L0, schedule=static)"
+    assert strategy_from_label(strategy.label()) == strategy
+    assert strategy.param("collapse", 1) == 1
+    assert strategy_from_label("restrict_pointers()") == Strategy("restrict_pointers")
+
+
+# --- the legal strategies compute the same numbers ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    outputs: Callable[[list[np.ndarray]], list[np.ndarray]]
+    attrs: tuple[float, ...] = ()
+
+
+def floats(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def like(*shape: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    return lambda _: [np.full(shape, np.nan, dtype=np.float32)]
+
+
+# Sizes that the tile sizes do not divide.
+PROBLEMS = {
+    "gemm": Problem(lambda rng: [floats(rng, 37, 23), floats(rng, 23, 41)], like(37, 41)),
+    "matmul_bias_relu": Problem(
+        lambda rng: [floats(rng, 19, 23), floats(rng, 23, 35), floats(rng, 35)], like(19, 35)
+    ),
+    "relu": Problem(lambda rng: [floats(rng, 1001)], like(1001)),
+    "softmax_rows": Problem(lambda rng: [floats(rng, 7, 45)], like(7, 45)),
+    "transpose_2d": Problem(lambda rng: [floats(rng, 37, 70)], like(70, 37)),
+    "cumsum": Problem(lambda rng: [floats(rng, 5, 66)], like(5, 66)),
+    "avg_pool2d": Problem(lambda rng: [floats(rng, 2, 3, 9, 9)], like(2, 3, 4, 4), (3.0, 2.0)),
+}
+CHAINS = {
+    "gemm": ["accumulate_in_output(loop=L1)", "hoist_invariant(loop=L2)", "omp_simd(loop=L3)",
+             "omp_parallel_for(loop=L0, schedule=static)"],
+    "transpose_2d": ["tile(loop=L0, size=16)", "omp_parallel_for(collapse=2, loop=L0, "
+                     "schedule=static)", "unroll(factor=4, loop=L3)"],
+}  # fmt: skip
+
+
+def chained(operator: str) -> str:
+    source = naive(operator)
+    for label in CHAINS.get(operator, []):
+        strategy = strategy_from_label(label)
+        assert strategy in applicable(source), label
+        source = apply(strategy, source)
+    return source
+
+
+def run_kernel(shared_object: Path, problem: Problem) -> list[np.ndarray]:
+    inputs = problem.inputs(np.random.default_rng(7))
+    outputs = problem.outputs(inputs)
+    assert Call(load_kernel(str(shared_object)), inputs, outputs, list(problem.attrs))() == 0
+    return outputs
+
+
+@needs_gcc
+@pytest.mark.parametrize("operator", sorted(PROBLEMS))
+def test_legal_strategies_compute_the_same_numbers(operator: str, tmp_path: Path) -> None:
+    problem = PROBLEMS[operator]
+    variants = {"original": naive(operator)}
+    variants |= {s.label(): apply(s, naive(operator)) for s in strategies_for(operator)
+                 if s.name in LEGAL}  # fmt: skip
+    if operator in CHAINS:
+        variants[" then ".join(CHAINS[operator])] = chained(operator)
+
+    def build(index_and_source: tuple[int, str]) -> Path:
+        index, source = index_and_source
+        result = compile_c(source, tmp_path / f"variant{index}", shared=True)
+        assert result.returncode == 0, result.stderr
+        return tmp_path / f"variant{index}.so"
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        built = list(pool.map(build, enumerate(variants.values())))
+    expected = run_kernel(built[0], problem)
+    assert all(not np.isnan(array).any() for array in expected)
+    for label, shared_object in zip(list(variants)[1:], built[1:], strict=True):
+        for actual, wanted in zip(run_kernel(shared_object, problem), expected, strict=True):
+            np.testing.assert_allclose(actual, wanted, rtol=1e-4, atol=1e-5, err_msg=label)
+    assert len(variants) > 2  # every one of these kernels has legal strategies to try

@@ -1,0 +1,217 @@
+"""The loop in this process (evaluations inline, same sandbox): recording, replay, control,
+memory modes. The worker processes, the websocket and the kill test are in test_workers.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from apps.accounts.models import Team
+from apps.accounts.roles import Role
+from apps.agents.policy import Candidate
+from apps.core.errors import PermissionDenied
+from apps.devices.evaluator import EvalSettings
+from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTransition
+from apps.operators.models import OperatorVersion, StartingKernel
+from apps.runs.config import Budgets, Measurement
+from apps.runs.loop import advance, evaluate_here
+from apps.runs.models import OptimizationSession
+from apps.runs.policies import policy_for
+from apps.runs.services import session_create, session_pause, session_resume, session_stop
+from tests.factories import MembershipFactory, TeamFactory, stored_builtin
+
+FAST = Measurement(seeds=1, warmup=1, repeats=5)
+
+
+def launch(team: Team, operators: list[str], *, rounds: int = 3, mode: str = "read_write",
+           user: Any = None) -> OptimizationSession:  # fmt: skip
+    return session_create(
+        team=team,
+        user=user,
+        operators=operators,
+        memory_mode=mode,
+        budgets=Budgets(rounds=rounds),
+        measurement=FAST,
+        start=False,
+    )
+
+
+def run_to_end(session: OptimizationSession, evaluate: Any = evaluate_here) -> OptimizationSession:
+    for _ in range(200):
+        if not advance(session.pk, evaluate=evaluate, policy_for=policy_for):
+            break
+    session.refresh_from_db()
+    return session
+
+
+def events(session: OptimizationSession, kind: str | None = None) -> list[JournalEvent]:
+    found = JournalEvent.objects.filter(session=session).order_by("seq")
+    return list(found.filter(kind=kind) if kind else found)
+
+
+@pytest.fixture
+def gemm(db: None) -> OperatorVersion:
+    return stored_builtin("gemm")
+
+
+def test_an_operator_runs_to_its_round_budget_and_keeps_the_fastest_correct_kernel(
+    gemm: OperatorVersion,
+) -> None:
+    session = run_to_end(launch(TeamFactory(), ["gemm"], rounds=4))
+
+    assert session.status == "finished", session.status_reason
+    cases = list(Case.objects.filter(session=session).order_by("iteration"))
+    assert [c.iteration for c in cases] == [0, 1, 2, 3]
+    start = cases[0]
+    assert start.strategy == "starting kernel" and start.parent_id is None and start.correct
+    finished = events(session, "operator_finished")[0].payload
+    best = Case.objects.get(pk=finished["best_case_id"])
+    assert best.pk != start.pk and best.correct and best.source.text != start.source.text
+    assert best.latency_ms < start.latency_ms
+    assert finished["speedup_vs_start"] == pytest.approx(start.latency_ms / best.latency_ms)
+    assert finished["reason"] == "round budget spent (4 rounds)"
+    # the journal is gapless, and every case has the steps that led to it
+    assert [e.seq for e in events(session)] == list(range(1, session.last_seq + 1))
+    for case in cases:
+        proposed = [e for e in events(session, "candidate_proposed")
+                    if e.payload["iteration"] == case.iteration]  # fmt: skip
+        assert len(proposed) == 1 and proposed[0].seq < case.event.seq
+        assert proposed[0].payload["source_sha256"] == case.source.sha256
+    kinds = [e.kind for e in events(session)]
+    assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
+    assert {"context_assembled", "compiled", "case_results", "timed", "stage_scored"} <= set(kinds)
+
+
+def test_a_replayed_iteration_reuses_its_candidate_and_records_one_case(
+    gemm: OperatorVersion,
+) -> None:
+    session = launch(TeamFactory(), ["gemm"], rounds=3)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)  # iteration 0
+
+    def dies(*args: Any) -> Any:
+        raise SystemExit("the worker died while the device evaluated")
+
+    with pytest.raises(SystemExit):
+        advance(session.pk, evaluate=dies, policy_for=policy_for)
+    proposed = events(session, "candidate_proposed")[-1]
+    assert proposed.payload["iteration"] == 1 and not Case.objects.filter(iteration=1).exists()
+
+    session = run_to_end(session)
+
+    iteration_1 = [e for e in events(session) if e.payload.get("iteration") == 1]
+    assert [e.kind for e in iteration_1].count("iteration_started") == 1
+    assert [e.kind for e in iteration_1].count("candidate_proposed") == 1
+    case = Case.objects.get(session=session, iteration=1)
+    assert case.source.sha256 == proposed.payload["source_sha256"]
+    assert Case.objects.filter(session=session).count() == 3
+
+
+def test_pause_stops_after_the_iteration_and_resume_and_stop_take_effect(
+    gemm: OperatorVersion,
+) -> None:
+    engineer = MembershipFactory(role=Role.ENGINEER)
+    session = launch(engineer.team, ["gemm"], rounds=5, user=engineer.user)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+
+    session_pause(session=session, user=engineer.user)
+    seq = OptimizationSession.objects.get(pk=session.pk).last_seq
+    assert not advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+    assert OptimizationSession.objects.get(pk=session.pk).last_seq == seq  # nothing ran
+
+    session_resume(session=session, user=engineer.user)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+    session_stop(session=session, user=engineer.user)
+    session = run_to_end(session)
+
+    assert session.status == "finished"
+    assert session.status_reason == f"stopped by {engineer.user.username}"
+    assert Case.objects.filter(session=session).count() == 2
+    kinds = [e.kind for e in events(session)]
+    assert kinds.index("session_paused") < kinds.index("session_resumed")
+    assert kinds[-1] == "session_finished"
+
+
+@pytest.mark.parametrize("role", [Role.VIEWER, Role.REVIEWER])
+def test_only_engineers_and_admins_launch_and_control_sessions(
+    gemm: OperatorVersion, role: Role
+) -> None:
+    member = MembershipFactory(role=role)
+    with pytest.raises(PermissionDenied):
+        launch(member.team, ["gemm"], user=member.user)
+    session = launch(member.team, ["gemm"])  # by the system, e.g. a schedule
+    with pytest.raises(PermissionDenied):
+        session_pause(session=session, user=member.user)
+    with pytest.raises(PermissionDenied):
+        session_stop(session=session, user=member.user)
+
+
+def memory_rows() -> tuple[int, ...]:
+    return (
+        MemoryVector.objects.count(),
+        Rule.objects.count(),
+        RuleTransition.objects.count(),
+        round(sum(MemoryVector.objects.values_list("value", flat=True)), 9),
+        sum(MemoryVector.objects.values_list("adoptions", flat=True)),
+        sum(MemoryVector.objects.values_list("retrievals", flat=True)),
+    )
+
+
+def test_memory_written_for_one_operator_is_read_for_the_next_and_read_only_writes_nothing(
+    transactional_db: None, eager_tasks: None
+) -> None:
+    for slug in ("gemm", "batched_matmul", "matmul_bias_relu"):
+        stored_builtin(slug)
+    team = TeamFactory()
+    first = run_to_end(launch(team, ["gemm", "batched_matmul"], rounds=3))
+    assert first.status == "finished", first.status_reason
+    gemm_cases = {f"case:{pk}" for pk in Case.objects.filter(
+        session=first, version__operator__slug="gemm").values_list("pk", flat=True)}  # fmt: skip
+    later = [e for e in events(first, "context_assembled")
+             if e.payload["operator"] == "batched_matmul"]  # fmt: skip
+    seen = {r["key"] for e in later for r in e.payload["retrieved"]}
+    assert gemm_cases & seen, "the second operator's context holds the first one's cases"
+    assert events(first, "value_updated"), "a learning session credits what it adopted"
+
+    before = memory_rows()
+    reader = run_to_end(launch(team, ["matmul_bias_relu"], rounds=3, mode="read_only"))
+
+    assert reader.status == "finished"
+    assert memory_rows() == before
+    contexts = events(reader, "context_assembled")
+    assert contexts and all(c.payload["retrieved"] for c in contexts)  # it did read
+    assert not events(reader, "value_updated")
+
+
+def test_without_a_starting_kernel_the_offline_policy_says_what_to_do(
+    gemm: OperatorVersion,
+) -> None:
+    StartingKernel.objects.filter(version=gemm).delete()
+    session = run_to_end(launch(TeamFactory(), ["gemm"]))
+
+    finished = events(session, "operator_finished")[0].payload
+    assert "no starting kernel" in finished["reason"] and "Claude policy" in finished["reason"]
+    assert session.status == "finished" and not Case.objects.filter(session=session).exists()
+
+
+def test_a_broken_transformation_is_recorded_as_a_failed_branch(gemm: OperatorVersion) -> None:
+    """Legality is the evaluator's call: a candidate that breaks correctness is a case in the
+    forest with its outcome, and the incumbent stays."""
+    session = launch(TeamFactory(), ["gemm"], rounds=2)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+
+    def breaks_it(version: Any, candidate: Candidate, options: EvalSettings, s: Any) -> Any:
+        wrong = candidate.source.replace("C[i * n + j] = (float)acc;", "C[i * n + j] = 0.0f;")
+        wrong = wrong.replace("+=", "-=")
+        return evaluate_here(version, Candidate(wrong, candidate.strategy, candidate.flags,
+                                                candidate.threads), options, s)  # fmt: skip
+
+    advance(session.pk, evaluate=breaks_it, policy_for=policy_for)
+    session = run_to_end(session)
+
+    failed = Case.objects.get(session=session, iteration=1)
+    assert failed.outcome == "incorrect" and not failed.correct
+    assert failed.parent.iteration == 0
+    assert "correct: no" in failed.feedback["summary"]
+    finished = events(session, "operator_finished")[0].payload
+    assert finished["best_case_id"] == failed.parent_id

@@ -1,0 +1,153 @@
+"""Sessions on real processes: Daphne, an agent worker and a device worker, a websocket client;
+and an agent worker killed with SIGKILL in the middle of an iteration."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from django.test import Client
+from websockets.sync.client import connect
+
+from apps.accounts.roles import Role
+from apps.accounts.services import api_token_create
+from apps.memory.journal import forest_rebuild
+from apps.memory.models import Case, JournalEvent
+from apps.runs.config import Budgets, Measurement
+from apps.runs.models import OptimizationSession
+from apps.runs.services import session_create
+from tests.factories import MembershipFactory, TeamFactory, stored_builtin
+from tests.processes import celery_worker, daphne
+from tests.workbench.test_live_events import process_env
+
+E2E_OPERATORS = ["gemm", "transpose_2d", "matmul_bias_relu"]
+FAST = {"seeds": 1, "warmup": 1, "repeats": 5}
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def create_over_http(url: str, token: str, team: str) -> dict[str, Any]:
+    body = {"operators": E2E_OPERATORS, "budgets": {"rounds": 4}, "measurement": FAST,
+            "label": "end to end"}  # fmt: skip
+    request = urllib.request.Request(  # noqa: S310 (loopback only)
+        f"{url}/api/teams/{team}/sessions", method="POST", data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        assert response.status == 201
+        return dict(json.load(response))
+
+
+def test_a_session_runs_on_real_workers_and_a_watcher_sees_every_event_in_order(
+    transactional_db: None,
+) -> None:
+    for slug in E2E_OPERATORS:
+        stored_builtin(slug)
+    membership = MembershipFactory(team=TeamFactory(slug="e2e"), role=Role.ENGINEER)
+    browser = Client()
+    browser.force_login(membership.user)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}"
+    token = api_token_create(user=membership.user, name="ci").plaintext
+    env = process_env("single-machine")
+    received: list[dict[str, Any]] = []
+
+    with ExitStack() as stack:
+        url = stack.enter_context(daphne(env))
+        stack.enter_context(celery_worker(env, "device.cpu", "device@e2e"))
+        stack.enter_context(celery_worker(env, "agent", "agent@e2e"))
+        created = create_over_http(url, token, "e2e")
+        ws_url = url.replace("http", "ws") + f"/ws/sessions/{created['id']}/?after=0"
+        with connect(ws_url, additional_headers={"Cookie": cookie}, origin=url) as socket:
+            while not received or received[-1]["kind"] != "session_finished":
+                received.append(json.loads(socket.recv(timeout=300)))
+
+    session = OptimizationSession.objects.get(pk=created["id"])
+    assert session.status == "finished", session.status_reason
+    journal = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+    assert [(e["seq"], e["kind"]) for e in received] == [(e.seq, e.kind) for e in journal]
+    assert [e.seq for e in journal] == list(range(1, session.last_seq + 1))
+
+    finished = {e.payload["operator"]: e.payload for e in journal if e.kind == "operator_finished"}
+    assert list(finished) == E2E_OPERATORS
+    for slug, summary in finished.items():
+        start = Case.objects.get(session=session, version__operator__slug=slug, iteration=0)
+        best = Case.objects.get(pk=summary["best_case_id"])
+        assert best.strategy != "starting kernel" and best.source.text != start.source.text, slug
+        verdict = best.event.payload["feedback"]
+        assert best.correct and "verdict: CORRECT" in verdict["summary"], slug
+        assert best.latency_ms < start.latency_ms, (slug, best.latency_ms, start.latency_ms)
+
+    cases = list(Case.objects.filter(session=session))
+    on_path = {summary["best_case_id"] for summary in finished.values()}
+    on_path |= {Case.objects.get(pk=pk).parent_id for pk in set(on_path)}
+    branches = [c for c in cases if c.pk not in on_path and c.parent_id is not None]
+    assert branches, "the forest keeps the attempts that did not win"
+    recorded = [e.pk for e in journal if e.kind == "case_recorded"]
+    assert sorted(c.pk for c in cases) == recorded  # a case per case_recorded event
+    assert forest_rebuild(session_id=session.pk) == len(cases)  # and the journal rebuilds them
+
+
+def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
+    transactional_db: None,
+) -> None:
+    stored_builtin("gemm")
+    session = session_create(
+        team=TeamFactory(),
+        user=None,
+        operators=["gemm"],
+        budgets=Budgets(rounds=4),
+        measurement=Measurement(**FAST),
+    )
+    env = process_env("single-machine")
+
+    def mid_iteration() -> int | None:
+        proposed = (
+            JournalEvent.objects.filter(
+                session=session, kind="candidate_proposed", payload__iteration__gte=1
+            )
+            .order_by("-seq")
+            .first()
+        )
+        if proposed is None:
+            return None
+        iteration = proposed.payload["iteration"]
+        recorded = Case.objects.filter(session=session, iteration=iteration).exists()
+        return None if recorded else iteration
+
+    with celery_worker(env, "device.cpu", "device@kill"):
+        with celery_worker(env, "agent", "agent-1@kill") as first_agent:
+            killed_in = wait_until(mid_iteration, 180, "an iteration in flight")
+            os.killpg(first_agent.popen.pid, signal.SIGKILL)
+            first_agent.popen.wait()
+        with celery_worker(env, "agent", "agent-2@kill"):
+            wait_until(
+                lambda: OptimizationSession.objects.get(pk=session.pk).status == "finished",
+                300, "the session to finish on the second worker",
+            )  # fmt: skip
+
+    journal = list(JournalEvent.objects.filter(session=session).order_by("seq"))
+    assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
+    cases = list(Case.objects.filter(session=session).order_by("iteration"))
+    assert [c.iteration for c in cases] == [0, 1, 2, 3]
+    for iteration in range(4):
+        steps = [e.kind for e in journal if e.payload.get("iteration") == iteration]
+        assert steps.count("iteration_started") == 1, (iteration, steps)
+        assert steps.count("candidate_proposed") == 1, (iteration, steps)
+        assert steps.count("case_recorded") == 1, (iteration, steps)
+    proposed = next(e for e in journal if e.kind == "candidate_proposed"
+                    and e.payload["iteration"] == killed_in)  # fmt: skip
+    assert cases[killed_in].source.sha256 == proposed.payload["source_sha256"]
