@@ -8,6 +8,7 @@ holding it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -110,6 +111,10 @@ def socket_dir(data_dir: str, database: str) -> str:
     remove_stale_lock(pgdata)
     forget_dead_handles(pgdata)
     server = _start_server(pgdata)
+    # Registered after pgserver's own exit handler, so it runs first: users that died without
+    # removing themselves (Celery's pool children leave with os._exit) must not keep the
+    # server up once this, the last live user, exits.
+    atexit.register(forget_dead_handles, pgdata)
     host = str(server.get_postmaster_info().socket_dir)
     create_database(host=host, name=database)
     return host

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from apps.agents.context import PackedContext
 from apps.memory.retrieval import Hit
+from apps.memory.values import Distiller
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,7 @@ class Policy(Protocol):
     name: str
 
     def propose(self, situation: Situation, tools: Tools) -> Proposal: ...
+
+    def distiller(self) -> Distiller:
+        """How rules are worded from the experiences that earned them (UGC)."""
+        ...

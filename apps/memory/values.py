@@ -6,6 +6,7 @@ can be plotted and cannot be rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -102,8 +103,17 @@ def rule_candidates(team: Team) -> QuerySet[MemoryVector]:
     return items.exclude(key__in=has_rule)
 
 
-def consolidate(team: Team, *, mode: MemoryMode) -> list[Rule]:
-    """UGC: propose a rule for each experience that earned one (deterministic summary)."""
+# Words a rule from an experience and its evidence; returns the wording and a note on how it
+# was distilled (kept with the evidence). The Claude policy passes one that asks the model.
+Distiller = Callable[[MemoryVector, dict[str, Any]], tuple[Wording, str]]
+
+
+def summarizer(item: MemoryVector, evidence: dict[str, Any]) -> tuple[Wording, str]:
+    return summarize(item), "deterministic summarizer"
+
+
+def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer) -> list[Rule]:
+    """UGC: propose a rule for each experience that earned one."""
     if mode != MemoryMode.READ_WRITE:
         return []
     proposed = []
@@ -111,8 +121,10 @@ def consolidate(team: Team, *, mode: MemoryMode) -> list[Rule]:
         usage = Usage(item.value, item.adoptions, len(item.adopted_operators))
         if is_rule_candidate(usage, min_adoptions=settings.KOPE_UGC_MIN_ADOPTIONS,
                              min_operators=settings.KOPE_UGC_MIN_OPERATORS):  # fmt: skip
-            proposed.append(rule_propose(team=team, source_key=item.key, wording=summarize(item),
-                                         evidence=evidence_of(item)))  # fmt: skip
+            evidence = evidence_of(item)
+            wording, how = distill(item, evidence)
+            proposed.append(rule_propose(team=team, source_key=item.key, wording=wording,
+                                         evidence={**evidence, "distilled_by": how}))  # fmt: skip
     return proposed
 
 

@@ -48,7 +48,13 @@ from apps.memory.learning import correctness_stage_score, optimization_stage_sco
 from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import Hit, Query, retrieve
 from apps.memory.rules import hot_memory
-from apps.memory.values import MemoryMode, consolidate, record_hot_memory_use, stage_credit
+from apps.memory.values import (
+    Distiller,
+    MemoryMode,
+    consolidate,
+    record_hot_memory_use,
+    stage_credit,
+)
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
 from apps.runs.config import OperatorEntry, SessionConfig
@@ -450,6 +456,10 @@ class Iteration:
 
     # --- ending stages and operators ---
 
+    def distiller(self) -> Distiller:
+        """The Claude policy words rules with the model; the offline one summarizes."""
+        return self.policy_for(self.session, self.config).distiller()
+
     def finish_operator(self, reason: str) -> None:
         progress = load_progress(self.session, self.version, self.entry.slug)
         first = progress.first_correct
@@ -481,7 +491,7 @@ class Iteration:
                              operator=self.entry.slug, score=score, retrieved=retrieved,
                              adopted=adopted, step=f"{step}:credit")  # fmt: skip
                 record_hot_memory_use(self.session.team, used_rules, mode=self.mode)
-        for rule in consolidate(self.session.team, mode=self.mode):
+        for rule in consolidate(self.session.team, mode=self.mode, distill=self.distiller()):
             version = rule.versions.order_by("-number").first()
             self.append("rule_proposed", {"rule_id": rule.pk, "source_key": rule.source_key,
                                           "statement": version.statement if version else ""},

@@ -21,7 +21,9 @@ from typing import Any
 from django.conf import settings
 
 from apps.agents.claude.client import ClientSettings, ModelClient, ModelUnavailable
+from apps.agents.claude.distiller import model_distiller
 from apps.agents.policy import Candidate, Proposal, Situation, Tools
+from apps.memory.values import Distiller
 
 MAX_TURNS = 8
 MAX_SOURCE_CHARS = 200_000
@@ -138,6 +140,9 @@ class ClaudePolicy:
             )
         )
         return cls(client, chosen)
+
+    def distiller(self) -> Distiller:
+        return model_distiller(self.client, self.model)
 
     def propose(self, situation: Situation, tools: Tools) -> Proposal:
         state = Turns()

@@ -28,6 +28,7 @@ from apps.agents.offline.transforms import (
 from apps.agents.policy import Candidate, Proposal, Situation, Tools
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
+from apps.memory.values import Distiller, summarizer
 
 # What tends to pay first on a CPU, best first: loop order and accumulation (they unlock
 # vectorization), flags that let gcc vectorize math, then threads, then the finer tools. Only
@@ -60,6 +61,9 @@ class Evidence:
 
 class OfflineSearchPolicy:
     name = "offline"
+
+    def distiller(self) -> Distiller:
+        return summarizer
 
     def propose(self, situation: Situation, tools: Tools) -> Proposal:
         if situation.incumbent is None:
