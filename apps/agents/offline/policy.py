@@ -3,12 +3,17 @@ memory. No model, no network.
 
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
-incumbent, and scores the rest: a small fixed prior (what usually pays on CPUs first) plus the
-evidence memory brought back. A retrieved case that improved with a strategy of the same name
-adds to its score, one that broke correctness or did not compile takes away (most when it was
-the same family of operator), and an approved rule in hot memory that names the strategy adds
-a fixed bonus. It proposes the best, and states which retrieved items decided that and why,
-exactly as an LLM policy declares adoption, so ATU and UGC learn from it the same way.
+incumbent, and scores the rest: a fixed prior (what usually pays on CPUs first) plus the
+evidence memory brought back. Each retrieved case speaks for the strategy it tried, with its
+gain (ln of its speedup over its parent; -1 when it broke correctness or did not compile),
+weighted by how relevant it is: its retrieval similarity, times the overlap of the kernel
+features (apps/agents/offline/features.py) of the kernel it changed and of the incumbent,
+halved for another family of operator. Per strategy the evidence is the weighted mean gain,
+shrunk toward 0 while the total weight is small (sum w*g / (1 + sum w)), so one distant case
+cannot outvote the prior and many similar ones can. An approved rule in hot memory that names
+the strategy adds a fixed bonus. It proposes the best, and states which retrieved items
+decided that and why, exactly as an LLM policy declares adoption, so ATU and UGC learn from
+it the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import random
 from dataclasses import dataclass
 
+from apps.agents.offline.features import kernel_features, overlap
 from apps.agents.offline.transforms import (
     Strategy,
     TransformError,
@@ -37,11 +43,11 @@ PRIOR_ORDER = (
     "accumulate_in_output", "interchange", "tile", "flags", "float_accumulator",
     "omp_parallel_for", "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "threads",
 )  # fmt: skip
-PRIOR_WEIGHT = 0.05
+PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
 FAILED_OUTCOMES = frozenset({"incorrect", "crashed", "compile_error", "timed_out", "rejected"})
-FAILURE_PENALTY = 1.0
-OTHER_FAMILY_FACTOR = 0.3  # a failure on another family of operator is weaker evidence
+FAILURE_GAIN = -1.0
+OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for less
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
 
 FLAG_SETS: dict[str, tuple[str, ...]] = {
@@ -55,8 +61,13 @@ FLAG_SETS: dict[str, tuple[str, ...]] = {
 class Evidence:
     key: str
     strategy_name: str
-    weight: float  # positive: it paid off; negative: it failed
+    gain: float  # ln speedup over its parent; FAILURE_GAIN when it broke the kernel
+    weight: float  # how much it applies here, 0..1
     why: str
+
+    @property
+    def says(self) -> float:
+        return self.gain * self.weight
 
 
 class OfflineSearchPolicy:
@@ -159,43 +170,50 @@ def strategy_name(label: str) -> str:
 
 
 def gather_evidence(situation: Situation) -> list[Evidence]:
-    evidence = [e for hit in situation.retrieved if (e := case_evidence(hit, situation))]
+    assert situation.incumbent is not None
+    here = kernel_features(situation.incumbent.candidate.source)
+    evidence = [e for hit in situation.retrieved if (e := case_evidence(hit, situation, here))]
     for rule in situation.hot_rules:
         name = strategy_name(rule["statement"])
-        evidence.append(Evidence(rule["key"], name, RULE_BONUS,
+        evidence.append(Evidence(rule["key"], name, RULE_BONUS, 1.0,
                                  f"approved rule {rule['key']} recommends {name}"))  # fmt: skip
     return evidence
 
 
-def case_evidence(hit: Hit, situation: Situation) -> Evidence | None:
+def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evidence | None:
     if hit.kind != "case":
         return None
     case = (
         Case.objects.filter(pk=int(hit.key.split(":")[1]))
-        .select_related("version__operator")
+        .select_related("version__operator", "parent__source")
         .first()
     )
-    if case is None or case.parent_id is None:
+    if case is None or case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
     name = strategy_name(case.strategy)
-    similarity = max(0.0, hit.scores.get("similarity", 0.0))
     operator = case.version.operator
-    where = f"{hit.key} ({operator.slug})"
+    family = 1.0 if operator.family == situation.operator.family else OTHER_FAMILY_FACTOR
+    alike = overlap(here, kernel_features(case.parent.source.text))
+    weight = max(0.0, hit.scores.get("similarity", 0.0)) * alike * family
+    where = f"{hit.key} ({operator.slug}, a kernel {alike:.0%} alike)"
     if case.correct and case.speedup_vs_parent:
         gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
         verb = "improved" if gain > 0 else "slowed"
-        return Evidence(hit.key, name, similarity * gain,
+        return Evidence(hit.key, name, gain, weight,
                         f"{where} {verb} {case.speedup_vs_parent:.2f}x with {name}")  # fmt: skip
     if case.outcome in FAILED_OUTCOMES:
-        same_family = operator.family == situation.operator.family
-        factor = 1.0 if same_family else OTHER_FAMILY_FACTOR
-        return Evidence(hit.key, name, -FAILURE_PENALTY * factor * similarity,
+        return Evidence(hit.key, name, FAILURE_GAIN, weight,
                         f"{where} was {case.outcome} after {name}")  # fmt: skip
     return None
 
 
 def evidence_for(name: str, evidence: list[Evidence]) -> float:
-    return sum(e.weight for e in evidence if e.strategy_name == name)
+    """The cases' weighted mean gain, shrunk toward 0 while little evidence speaks, plus the
+    bonus of an approved rule that names the strategy."""
+    cases = [e for e in evidence if e.strategy_name == name and not e.key.startswith("rule:")]
+    mean = sum(e.says for e in cases) / (1.0 + sum(e.weight for e in cases))
+    ruled = any(e.strategy_name == name and e.key.startswith("rule:") for e in evidence)
+    return mean + (RULE_BONUS if ruled else 0.0)
 
 
 def prior(name: str) -> float:
@@ -242,9 +260,9 @@ def adoption(
     """The items that decided: evidence for the chosen strategy, and failures that pushed a
     strategy the prior preferred below it."""
     name = strategy_name(chosen.strategy)
-    adopted = {e.key: e.why for e in evidence if e.strategy_name == name and e.weight > 0}
+    adopted = {e.key: e.why for e in evidence if e.strategy_name == name and e.says > 0}
     avoided = {strategy_name(c.strategy) for c in ranked[1:]} - {name}
     for e in evidence:
-        if e.weight < 0 and e.strategy_name in avoided and prior(e.strategy_name) > prior(name):
+        if e.says < 0 and e.strategy_name in avoided and prior(e.strategy_name) > prior(name):
             adopted.setdefault(e.key, f"avoided {e.strategy_name}: {e.why}")
     return [{"key": key, "why": why} for key, why in adopted.items()]

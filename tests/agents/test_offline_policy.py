@@ -1,0 +1,66 @@
+"""The offline policy's choice: a fixed prior, moved by evidence only as far as it applies."""
+
+from __future__ import annotations
+
+from apps.accounts.models import Team
+from apps.agents.offline.policy import OfflineSearchPolicy, strategy_name
+from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
+from apps.devices.services import kernel_source_store
+from apps.memory.journal import journal_append
+from apps.memory.retrieval import Hit
+from apps.operators.builtin_suite import read_builtin_suite
+from apps.runs.models import OptimizationSession
+from tests.factories import stored_builtin
+
+
+def naive(slug: str) -> str:
+    return next(f for f in read_builtin_suite() if f.spec.slug == slug).naive_source
+
+
+def improved_case(team: Team, slug: str, strategy: str, speedup: float) -> Hit:
+    """A case of `slug` whose `strategy` made its naive kernel `speedup` times faster."""
+    version = stored_builtin(slug)
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    base = {"version_id": version.pk, "target": "cpu-c", "correct": True}
+    start = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        **base, "iteration": 0, "strategy": "starting kernel", "outcome": "no_change",
+        "source_sha256": kernel_source_store(naive(slug)).sha256, "latency_ms": 10.0})  # fmt: skip
+    child = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        **base, "iteration": 1, "strategy": strategy, "outcome": "improved",
+        "parent_case_id": start.pk, "latency_ms": 10.0 / speedup,
+        "speedup_vs_parent": speedup})  # fmt: skip
+    return Hit(key=f"case:{child.pk}", kind="case", text=f"{slug}: {strategy}",
+               provenance={}, scores={"similarity": 0.8, "downstream": 0.0, "value": 0.0,
+                                      "rank_score": 0.8})  # fmt: skip
+
+
+def gemm_situation(team: Team, retrieved: list[Hit]) -> Situation:
+    version = stored_builtin("gemm")
+    incumbent = Attempt(1, Candidate(naive("gemm"), "starting kernel"), "no_change", True, 80.0, "")
+    brief = OperatorBrief("gemm", "GEMM", "matmul", "C = A B", version.pk, 1e-3, 1e-3)
+    return Situation(session_id=0, team_id=team.pk, target="cpu-c", operator=brief,
+                     stage="optimization", iteration=1, rounds_left=5, incumbent=incumbent,
+                     latest=incumbent, tried=frozenset(), context=None,
+                     retrieved=retrieved)  # fmt: skip
+
+
+def chosen(situation: Situation) -> tuple[str, list[str]]:
+    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+    assert proposal.candidate is not None
+    return strategy_name(proposal.candidate.strategy), [a["key"] for a in proposal.adopted]
+
+
+def test_without_evidence_the_prior_decides(team: Team) -> None:
+    assert chosen(gemm_situation(team, [])) == ("accumulate_in_output", [])
+
+
+def test_a_big_win_on_a_kernel_unlike_this_one_does_not_outvote_the_prior(team: Team) -> None:
+    gelu_win = improved_case(team, "gelu", "flags(set=fast_math)", speedup=20.0)
+
+    assert chosen(gemm_situation(team, [gelu_win])) == ("accumulate_in_output", [])
+
+
+def test_a_win_on_a_kernel_like_this_one_is_adopted(team: Team) -> None:
+    batched_win = improved_case(team, "batched_matmul", "interchange(loop=L1)", speedup=3.0)
+
+    assert chosen(gemm_situation(team, [batched_win])) == ("interchange", [batched_win.key])
