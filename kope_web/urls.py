@@ -33,5 +33,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api_urls()),
     path("", include("apps.operators.urls")),
+    path("", include("apps.runs.urls")),
     path("", include("apps.workbench.urls")),
 ]

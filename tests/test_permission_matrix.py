@@ -46,8 +46,12 @@ IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
 PAGES = [
     *(
         Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW)
-        for s in ["sessions", "forest", "review", "knowledge", "reports"]
+        for s in ["forest", "review", "knowledge", "reports"]
     ),
+    Endpoint("sessions", "get", "/t/{team}/sessions/", Permission.VIEW),
+    Endpoint("session-launch", "get", "/t/{team}/sessions/new/", Permission.RUN),
+    Endpoint("session", "get", "/t/{team}/sessions/{session_id}/", Permission.VIEW),
+    Endpoint("session-control", "post", "/t/{team}/sessions/{session_id}/pause/", Permission.RUN),
     Endpoint("workers", "get", "/t/{team}/workers/", Permission.VIEW),
     Endpoint("workers-check", "post", "/t/{team}/workers/check/", Permission.RUN),
     Endpoint("members", "get", "/accounts/teams/{team}/members/", Permission.VIEW),

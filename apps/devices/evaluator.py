@@ -219,7 +219,9 @@ def plan_runs(operator: OperatorUnderTest, seeds: int) -> list[Run]:
         c for c in operator.cases if TARGET not in c["unsupported_targets"]
     ):
         attrs = operator.spec.attribute_values(case["params"])
-        for s in range(seeds):
+        # The timing case is big, and what its size can reveal (index overflow, a buffer too
+        # small) one seed shows: the small cases get the fresh seeds.
+        for s in range(1 if case["timing"] else seeds):
             seed = (base + 7919 * index + 104729 * s) % 2**31
             runs.append(Run(f"c{index}s{s}", case["case_id"], case["params"], case["dtype"], seed,
                             attrs, timing=bool(case["timing"])))  # fmt: skip

@@ -20,6 +20,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from apps.accounts.models import Membership
 from apps.core.events import session_group
 from apps.memory.models import JournalEvent
+from apps.runs.event_text import event_summary
 from apps.runs.models import OptimizationSession
 
 CLOSE_FORBIDDEN = 4403
@@ -89,5 +90,6 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self.deliver(event)
 
     async def deliver(self, event: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(event))
+        summary = event_summary(event["kind"], event["payload"])
+        await self.send(text_data=json.dumps({**event, "summary": summary}))
         self.last_seq = event["seq"]

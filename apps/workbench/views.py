@@ -12,7 +12,6 @@ from apps.devices.workers import known_queues, worker_check_start, workers_onlin
 
 # The sections a team has; each page says what it will hold and what to do to fill it.
 SECTIONS = {
-    "sessions": "Sessions",
     "forest": "Forest",
     "review": "Review",
     "knowledge": "Knowledge base",
@@ -24,7 +23,7 @@ def home(request: HttpRequest) -> HttpResponse:
     first = memberships_for_user(request.user).first()
     if first is None:
         return render(request, "workbench/no_team.html")
-    return redirect("section", team=first.team.slug, section="sessions")
+    return redirect("sessions", team=first.team.slug)
 
 
 @team_view()

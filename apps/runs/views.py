@@ -1,0 +1,143 @@
+"""Session pages: the list, the launch form, and a session with its live event log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import CLexer
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership
+from apps.accounts.roles import Permission
+from apps.core.errors import DomainError
+from apps.memory.models import Case, JournalEvent
+from apps.operators import selectors
+from apps.runs.config import Budgets, Measurement, SessionConfig
+from apps.runs.event_text import event_summary
+from apps.runs.forms import LaunchForm
+from apps.runs.models import OptimizationSession
+from apps.runs.services import (
+    session_create,
+    session_pause,
+    session_rerun,
+    session_resume,
+    session_stop,
+)
+
+LOG_EVENTS = 500  # the page shows the latest ones; the API has them all
+CONTROLS = {"pause": session_pause, "resume": session_resume, "stop": session_stop}
+
+
+@team_view()
+def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
+    sessions = OptimizationSession.objects.filter(team=membership.team).select_related(
+        "created_by"
+    )[:100]
+    context = {"section": "sessions", "sessions": sessions,
+               "can_run": membership.allows(Permission.RUN)}  # fmt: skip
+    return render(request, "runs/session_list.html", context)
+
+
+def launch_form(membership: Membership, data: Any = None) -> LaunchForm:
+    team = membership.team
+    operators = [v.operator.slug for v in selectors.latest_versions(
+        selectors.operators_visible_to(team))]  # fmt: skip
+    suites = [s.slug for s in selectors.suites_visible_to(team)]
+    return LaunchForm(data, operators=operators, suites=suites)
+
+
+@team_view(Permission.RUN)
+def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse:
+    form = launch_form(membership, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            session = session_create(
+                team=membership.team, user=request.user, operators=data["operators"] or None,
+                suite=data["suite"] or None, policy=data["policy"], model=data["model"],
+                memory_mode=data["memory_mode"], seed=data["seed"], label=data["label"],
+                budgets=Budgets(rounds=data["rounds"], plateau=data["plateau"]),
+                measurement=Measurement(repeats=data["repeats"]),
+            )  # fmt: skip
+        except DomainError as error:
+            form.add_error(None, str(error))
+        else:
+            return redirect("session", team=membership.team.slug, session_id=session.pk)
+    return render(request, "runs/session_launch.html", {"section": "sessions", "form": form})
+
+
+def team_session(membership: Membership, session_id: int) -> OptimizationSession:
+    session = OptimizationSession.objects.filter(team=membership.team, pk=session_id).first()
+    if session is None:
+        raise Http404(f"No session {session_id}.")
+    return session
+
+
+@team_view()
+def session_detail(request: HttpRequest, membership: Membership, session_id: int) -> HttpResponse:
+    session = team_session(membership, session_id)
+    if request.GET.get("part") == "operators":  # the live page refreshes this part
+        context = {"session": session, "operators": operator_rows(session)}
+        return render(request, "runs/session_detail.html#operators", context)
+    events = list(JournalEvent.objects.filter(session=session).order_by("-seq")[:LOG_EVENTS])[::-1]
+    context = {
+        "section": "sessions", "session": session,
+        "config": SessionConfig.from_json(session.config),
+        "operators": operator_rows(session), "can_run": membership.allows(Permission.RUN),
+        "events": [(e, event_summary(e.kind, e.payload)) for e in events],
+        "last_seq": events[-1].seq if events else 0,
+        "first_shown": events[0].seq if events else 0,
+    }  # fmt: skip
+    return render(request, "runs/session_detail.html", context)
+
+
+def operator_rows(session: OptimizationSession) -> list[dict[str, Any]]:
+    """Per operator: where it stands, its incumbent and the incumbent's code."""
+    config = SessionConfig.from_json(session.config)
+    journal = JournalEvent.objects.filter(session=session)
+    finished = {e.payload["operator"]: e.payload
+                for e in journal.filter(kind="operator_finished")}  # fmt: skip
+    incumbents: dict[str, int] = {}
+    for event in journal.filter(kind="incumbent_replaced").order_by("seq"):
+        incumbents[event.payload["operator"]] = event.payload["case_id"]
+    cases = Case.objects.filter(pk__in=incumbents.values()).select_related("source")
+    by_id = {c.pk: c for c in cases}
+    rows = []
+    for entry in config.operators:
+        best = by_id.get(incumbents.get(entry.slug, -1))
+        done = finished.get(entry.slug)
+        rows.append({"slug": entry.slug, "version": entry.version, "best": best,
+                     "finished": done, "code": highlighted(best)})  # fmt: skip
+    return rows
+
+
+def highlighted(case: Case | None) -> str:
+    """The case's kernel as highlighted HTML; pygments escapes the code."""
+    if case is None or case.source is None:
+        return ""
+    return str(highlight(case.source.text, CLexer(), HtmlFormatter(cssclass="code")))
+
+
+@require_POST
+@team_view(Permission.RUN)
+def session_control(
+    request: HttpRequest, membership: Membership, session_id: int, action: str
+) -> HttpResponse:
+    session = team_session(membership, session_id)
+    if action == "rerun":
+        rerun = session_rerun(session=session, user=request.user)
+        return redirect("session", team=membership.team.slug, session_id=rerun.pk)
+    control = CONTROLS.get(action)
+    if control is None:
+        raise Http404(f"No action {action!r}.")
+    try:
+        control(session=session, user=request.user)
+    except DomainError as error:
+        messages.error(request, str(error))
+    return redirect("session", team=membership.team.slug, session_id=session.pk)

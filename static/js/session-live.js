@@ -1,0 +1,66 @@
+// A session's live events: the socket sends the gap since the last seq this page has, then
+// live events, each once and in order; after a drop it reconnects with the seq it has.
+(() => {
+  "use strict";
+  const log = document.getElementById("event-log");
+  if (!log) return;
+  const live = document.getElementById("live-status");
+  const status = document.getElementById("session-status");
+  let last = Number(log.dataset.lastSeq || 0);
+  let socket = null;
+  let retryMs = 500;
+  let holdUntil = 0;
+  // Events after which the operators table (incumbents, speedups) is fetched again.
+  const PROGRESS = new Set(["incumbent_replaced", "operator_finished", "session_finished"]);
+
+  function row(event) {
+    const item = document.createElement("li");
+    item.dataset.seq = String(event.seq);
+    item.dataset.kind = event.kind;
+    const seq = document.createElement("span");
+    seq.className = "seq";
+    seq.textContent = String(event.seq);
+    const kind = document.createElement("code");
+    kind.textContent = event.kind;
+    const text = document.createElement("span");
+    text.textContent = event.summary;  // text, never HTML: agent-written strings stay inert
+    item.append(seq, " ", kind, " ", text);
+    return item;
+  }
+
+  function receive(message) {
+    const event = JSON.parse(message.data);
+    if (event.seq <= last) return;
+    log.append(row(event));
+    last = event.seq;
+    if (PROGRESS.has(event.kind)) document.body.dispatchEvent(new Event("kope:progress"));
+    if (event.kind.startsWith("session_") && event.payload.status && status) {
+      status.textContent = event.payload.status === "stopping" ? "stopping" : event.payload.status;
+    }
+  }
+
+  function connect() {
+    const wait = holdUntil - Date.now();
+    if (wait > 0) {
+      setTimeout(connect, wait);
+      return;
+    }
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}${log.dataset.socket}?after=${last}`);
+    socket.onopen = () => { retryMs = 500; live.textContent = "live"; };
+    socket.onmessage = receive;
+    socket.onclose = () => {
+      live.textContent = "reconnecting…";
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+
+  // For people debugging a connection, and for the browser tests: drop the socket and stay
+  // away for `ms` before reconnecting.
+  window.kopeSessionLive = {
+    drop(ms) { holdUntil = Date.now() + (ms || 0); if (socket) socket.close(); },
+    lastSeq() { return last; },
+  };
+  connect();
+})();

@@ -1,0 +1,89 @@
+"""A session launched from the browser and watched live in Chromium, with real workers: the
+event log grows as the journal does, and a dropped socket is filled in on reconnect."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from apps.accounts.models import Membership
+from apps.accounts.roles import Role
+from tests.factories import MembershipFactory, TeamFactory, stored_builtin
+from tests.processes import celery_worker, daphne
+from tests.workbench.test_live_events import process_env
+
+from .conftest import CHROMIUM
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
+]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "test" / "session-page.png"
+
+
+@pytest.fixture
+def engineer(transactional_db: None) -> Membership:
+    # Made before Chromium starts: Playwright's event loop forbids the ORM in this thread.
+    stored_builtin("gemm")
+    return MembershipFactory(team=TeamFactory(slug="watch", name="Watch"), role=Role.ENGINEER)
+
+
+def journal_seqs(page: Page, url: str, session_id: str) -> list[int]:
+    response = page.request.get(f"{url}/api/teams/watch/sessions/{session_id}/events?limit=1000")
+    assert response.ok, response.text()
+    return [event["seq"] for event in response.json()["items"]]
+
+
+def log_seqs(page: Page) -> list[int]:
+    return [int(s) for s in page.locator("#event-log li").evaluate_all(
+        "items => items.map(item => item.dataset.seq)")]  # fmt: skip
+
+
+def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
+    engineer: Membership, chromium: Browser
+) -> None:
+    env = process_env("single-machine")
+    with (
+        daphne(env) as url,
+        celery_worker(env, "device.cpu", "device@page"),
+        celery_worker(env, "agent", "agent@page"),
+    ):
+        page = chromium.new_page()
+        page.goto(f"{url}/accounts/login/?next=/t/watch/sessions/new/")
+        page.locator("#id_username").fill(engineer.user.username)
+        page.locator("#id_password").fill("pw-for-tests")
+        page.get_by_role("button", name="Log in").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("Launch a session")
+        page.locator("#id_operators").select_option("gemm")
+        page.locator("#id_rounds").fill("3")
+        page.locator("#id_repeats").fill("5")
+        page.get_by_role("button", name="Launch").click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text("Session #")
+        session_id = page.url.rstrip("/").rsplit("/", 1)[1]
+
+        events = page.locator("#event-log li")
+        expect(events.nth(4)).to_be_attached(timeout=60_000)  # five live events
+        expect(page.locator("#live-status")).to_have_text("live")
+
+        page.evaluate("window.kopeSessionLive.drop(20000)")
+        expect(page.locator("#live-status")).to_have_text("reconnecting…")
+        shown = len(log_seqs(page))
+        deadline = time.monotonic() + 18
+        while len(journal_seqs(page, url, session_id)) <= shown and time.monotonic() < deadline:
+            time.sleep(0.5)
+        missed = len(journal_seqs(page, url, session_id)) - shown
+        assert missed > 0, "no event was committed while the socket was down"
+        assert len(log_seqs(page)) == shown  # nothing arrived while it was down
+
+        expect(page.locator('#event-log li[data-kind="session_finished"]')).to_be_attached(
+            timeout=180_000
+        )
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        seqs = log_seqs(page)
+        assert seqs == list(range(1, len(seqs) + 1)), "in order, without holes or duplicates"
+        assert seqs == journal_seqs(page, url, session_id)
+        # the operators table follows without a reload
+        expect(page.locator("#operators")).to_contain_text("finished: round budget spent")
