@@ -34,5 +34,6 @@ urlpatterns = [
     path("api/", api_urls()),
     path("", include("apps.operators.urls")),
     path("", include("apps.runs.urls")),
+    path("", include("apps.memory.urls")),
     path("", include("apps.workbench.urls")),
 ]

@@ -46,7 +46,16 @@ IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
 PAGES = [
     *(
         Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW)
-        for s in ["forest", "review", "knowledge", "reports"]
+        for s in ["forest", "knowledge", "reports"]
+    ),
+    Endpoint("review", "get", "/t/{team}/review/", Permission.VIEW),
+    Endpoint("rule", "get", "/t/{team}/review/{rule_id}/", Permission.VIEW),
+    Endpoint(
+        "rule-decide",
+        "post",
+        "/t/{team}/review/{rule_id}/veto/",
+        Permission.REVIEW,
+        {"reason": "too narrow"},
     ),
     Endpoint("sessions", "get", "/t/{team}/sessions/", Permission.VIEW),
     Endpoint("session-launch", "get", "/t/{team}/sessions/new/", Permission.RUN),

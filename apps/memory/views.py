@@ -1,0 +1,132 @@
+"""Review pages: the queue of rule candidates, one rule with its evidence, and the decisions.
+
+Opening a rule as a reviewer reserves it for a few minutes (rule_reserve), so two reviewers
+never work the same item unknowingly; the decisions go through the same services as the API,
+which check the role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership
+from apps.accounts.roles import Permission
+from apps.core.errors import Conflict, DomainError
+from apps.memory.models import MemoryVector, Rule
+from apps.memory.rules import (
+    Wording,
+    hot_memory,
+    rule_approve,
+    rule_edit,
+    rule_reserve,
+    rule_veto,
+)
+from apps.memory.values import value_history
+
+STATUSES = ("pending", "approved", "vetoed", "retired", "all")
+
+
+@team_view()
+def review_queue(request: HttpRequest, membership: Membership) -> HttpResponse:
+    status = request.GET.get("status", "pending")
+    if status not in STATUSES:
+        status = "pending"
+    rules = Rule.objects.filter(team=membership.team).prefetch_related("versions")
+    if status != "all":
+        rules = rules.filter(status=status)
+    resident = hot_memory(membership.team)
+    context = {
+        "section": "review", "status": status, "statuses": STATUSES,
+        "rules": [rule_card(rule) for rule in rules.select_related("reserved_by")[:200]],
+        "can_review": membership.allows(Permission.REVIEW),
+        "resident": resident, "budget": settings.KOPE_HOT_MEMORY_TOKENS,
+        "resident_tokens": sum(v.tokens for v in resident),
+    }  # fmt: skip
+    return render(request, "memory/review_queue.html", context)
+
+
+def rule_card(rule: Rule) -> dict[str, Any]:
+    latest = max(rule.versions.all(), key=lambda v: v.number, default=None)
+    return {"rule": rule, "version": latest}
+
+
+def team_rule(membership: Membership, rule_id: int) -> Rule:
+    rule = Rule.objects.filter(team=membership.team, pk=rule_id).first()
+    if rule is None:
+        raise Http404(f"No rule {rule_id}.")
+    return rule
+
+
+@team_view()
+def rule_detail(request: HttpRequest, membership: Membership, rule_id: int) -> HttpResponse:
+    rule = team_rule(membership, rule_id)
+    can_review = membership.allows(Permission.REVIEW)
+    reserved_note = ""
+    if can_review and rule.status == Rule.Status.PENDING:
+        try:
+            rule = rule_reserve(rule=rule, user=request.user)
+        except Conflict as held:
+            reserved_note = str(held)
+    versions = list(rule.versions.order_by("-number"))
+    source = MemoryVector.objects.filter(key=rule.source_key).first()
+    history = value_history(rule.source_key)
+    context = {
+        "section": "review", "rule": rule, "versions": versions, "latest": versions[0],
+        "source": source, "history": history, "sparkline": sparkline(history),
+        "transitions": rule.transitions.select_related("actor", "version"),
+        "can_review": can_review, "reserved_note": reserved_note,
+    }  # fmt: skip
+    return render(request, "memory/rule_detail.html", context)
+
+
+def sparkline(history: list[dict[str, Any]], width: int = 240, height: int = 48) -> str:
+    """The value history as SVG polyline points (V in [-0.1, 1] mapped to the height)."""
+    values = [0.0, *(h["new"] for h in history)]
+    if len(values) < 2:
+        return ""
+    step = width / (len(values) - 1)
+    points = [
+        f"{i * step:.1f},{height - (v + 0.1) / 1.1 * height:.1f}" for i, v in enumerate(values)
+    ]
+    return " ".join(points)
+
+
+@require_POST
+@team_view(Permission.REVIEW)
+def rule_decide(
+    request: HttpRequest, membership: Membership, rule_id: int, action: str
+) -> HttpResponse:
+    rule = team_rule(membership, rule_id)
+    post = request.POST
+    try:
+        if action == "approve":
+            rule_approve(rule=rule, user=request.user, version_number=int(post["version"]),
+                         comment=post.get("comment", ""))  # fmt: skip
+            messages.success(request, f"Rule {rule.pk} approved.")
+        elif action == "veto":
+            rule_veto(rule=rule, user=request.user, reason=post.get("reason", ""))
+            messages.success(request, f"Rule {rule.pk} vetoed.")
+        elif action == "edit":
+            wording = Wording(post.get("statement", ""), post.get("applies_when", ""),
+                              post.get("not_when", ""))  # fmt: skip
+            version = rule_edit(rule=rule, user=request.user, wording=wording,
+                                comment=post.get("comment", ""))  # fmt: skip
+            if post.get("then") == "approve":
+                rule_approve(rule=rule, user=request.user, version_number=version.number)
+            messages.success(request, f"Rule {rule.pk}: version {version.number} saved.")
+        else:
+            raise Http404(f"No action {action!r}.")
+    except (DomainError, KeyError, ValueError) as error:
+        messages.error(request, str(error) if isinstance(error, DomainError) else
+                       "The form was incomplete: a version number is needed.")  # fmt: skip
+        return redirect("rule", team=membership.team.slug, rule_id=rule.pk)
+    return redirect(request.POST.get("next") or reverse("review", kwargs={
+        "team": membership.team.slug}))  # fmt: skip
