@@ -46,8 +46,11 @@ IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
 PAGES = [
     *(
         Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW)
-        for s in ["forest", "knowledge", "reports"]
+        for s in ["knowledge", "reports"]
     ),
+    Endpoint("forest", "get", "/t/{team}/forest/?operator=relu", Permission.VIEW),
+    Endpoint("forest-children", "get", "/t/{team}/forest/{case_id}/children/", Permission.VIEW),
+    Endpoint("case", "get", "/t/{team}/cases/{case_id}/", Permission.VIEW),
     Endpoint("review", "get", "/t/{team}/review/", Permission.VIEW),
     Endpoint("rule", "get", "/t/{team}/review/{rule_id}/", Permission.VIEW),
     Endpoint(
@@ -192,7 +195,7 @@ USER_SCOPED = {
 OUTSIDE_THE_MATRIX = {"login", "logout"}  # login is public; logout is tested with auth
 
 
-OBJECT_IDS = ("import_id", "rule_id", "session_id", "paused_id")
+OBJECT_IDS = ("import_id", "rule_id", "session_id", "paused_id", "case_id")
 
 
 def expected_status(role: Role | str, needs: Permission) -> str:
@@ -222,10 +225,13 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
                         wording=Wording("Tile the k loop", "matmul-like loops"))  # fmt: skip
     session = session_create(team=team, user=None, operators=["relu"], start=False)
     journal_append(session_id=session.pk, kind="session_note", payload={"text": "a note"})
+    case = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        "iteration": 0, "version_id": relu.pk, "target": "cpu-c", "strategy": "starting kernel",
+        "outcome": "no_change", "correct": True})  # fmt: skip
     paused = session_create(team=team, user=None, operators=["relu"], start=False)
     session_pause(session=paused, user=None)
     return {"import_id": run.pk, "rule_id": rule.pk, "session_id": session.pk,
-            "paused_id": paused.pk}  # fmt: skip
+            "paused_id": paused.pk, "case_id": case.pk}  # fmt: skip
 
 
 def call(

@@ -43,12 +43,14 @@ class Node:
         }  # fmt: skip
 
 
-def forest_cases(operator: Operator, target: str) -> QuerySet[Case]:
-    return Case.objects.filter(version__operator=operator, target=target)
+def forest_cases(operator: Operator, target: str, team_id: int | None = None) -> QuerySet[Case]:
+    cases = Case.objects.filter(version__operator=operator, target=target)
+    return cases if team_id is None else cases.filter(session__team_id=team_id)
 
 
-def load_forest(operator: Operator, target: str) -> dict[int, Node]:
-    rows = forest_cases(operator, target).order_by("pk").values_list(*NODE_FIELDS)
+def load_forest(operator: Operator, target: str, team_id: int | None = None) -> dict[int, Node]:
+    """One forest: every team's cases, or one team's (what its pages show)."""
+    rows = forest_cases(operator, target, team_id).order_by("pk").values_list(*NODE_FIELDS)
     nodes = {row[0]: Node(*row) for row in rows}
     for node in nodes.values():
         if node.parent_id in nodes:

@@ -12,7 +12,6 @@ from apps.devices.workers import known_queues, worker_check_start, workers_onlin
 
 # The sections a team has; each page says what it will hold and what to do to fill it.
 SECTIONS = {
-    "forest": "Forest",
     "knowledge": "Knowledge base",
     "reports": "Reports",
 }

@@ -1,0 +1,164 @@
+"""The forest and case pages.
+
+The forest is drawn on demand: roots first, and the children of a node only when it is
+opened (the `open` parameter lists the opened nodes, so a view can be shared as a link; with
+JavaScript, htmx fetches one node's children in place). Filters hide nodes that do not match
+and say how many; the ancestors of a match stay, so the path to it can be followed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import CLexer
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership
+from apps.memory.forest import Node, load_forest, path_to, roots
+from apps.memory.models import Case, JournalEvent
+from apps.operators import selectors
+
+FAILED = {"compile_error", "incorrect", "crashed", "timed_out", "rejected"}
+
+
+@dataclass(frozen=True)
+class Filters:
+    outcome: str = ""
+    session: int | None = None
+    strategy: str = ""
+
+    @classmethod
+    def from_query(cls, query: Any) -> Filters:
+        session = query.get("session", "")
+        return cls(query.get("outcome", ""), int(session) if session.isdigit() else None,
+                   query.get("strategy", "").strip()[:200])  # fmt: skip
+
+    def active(self) -> bool:
+        return bool(self.outcome or self.session or self.strategy)
+
+    def matches(self, node: Node) -> bool:
+        outcome = not self.outcome or node.outcome == self.outcome
+        session = self.session is None or node.session_id == self.session
+        strategy = not self.strategy or self.strategy.lower() in node.strategy.lower()
+        return outcome and session and strategy
+
+
+def visible_ids(nodes: dict[int, Node], filters: Filters) -> set[int]:
+    """Matching nodes and their ancestors."""
+    if not filters.active():
+        return set(nodes)
+    shown: set[int] = set()
+    for node in nodes.values():
+        if filters.matches(node):
+            current: Node | None = node
+            while current is not None and current.id not in shown:
+                shown.add(current.id)
+                current = nodes.get(current.parent_id) if current.parent_id else None
+    return shown
+
+
+def node_view(node: Node, opened: set[int], shown: set[int]) -> dict[str, Any]:
+    children = [c for c in node.children if c.id in shown]
+    expanded = node.id in opened
+    return {
+        "node": node, "child_count": len(children), "expanded": expanded,
+        "children": [node_view(c, opened, shown) for c in children] if expanded else [],
+        "state": "failed" if node.outcome in FAILED else node.outcome,
+        "shade": shade(node.speedup),
+    }  # fmt: skip
+
+
+def shade(speedup: float | None) -> int:
+    """1 (pale) .. 4 (full): speedup vs PyTorch eager below 0.25, 0.5, 1, and 1 or more."""
+    value = speedup or 0.0
+    return 1 + sum(value >= bound for bound in (0.25, 0.5, 1.0))
+
+
+@team_view()
+def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
+    team = membership.team
+    operators = sorted(
+        set(
+            Case.objects.filter(session__team=team).values_list(
+                "version__operator__slug", flat=True
+            )
+        )
+    )
+    slug = request.GET.get("operator") or (operators[0] if operators else "")
+    target = request.GET.get("target", "cpu-c")
+    opened = {int(i) for i in request.GET.get("open", "").split(",") if i.isdigit()}
+    filters = Filters.from_query(request.GET)
+    context: dict[str, Any] = {"section": "forest", "operators": operators, "slug": slug,
+                               "target": target, "filters": filters, "trees": [],
+                               "opened": ",".join(map(str, sorted(opened)))}  # fmt: skip
+    if slug:
+        nodes = load_forest(selectors.operator_get(team, slug), target, team.pk)
+        shown = visible_ids(nodes, filters)
+        context.update(
+            trees=[node_view(r, opened, shown) for r in roots(nodes) if r.id in shown],
+            total=len(nodes),
+            hidden=len(nodes) - len(shown),
+        )
+    return render(request, "memory/forest.html", context)
+
+
+@team_view()
+def forest_children(request: HttpRequest, membership: Membership, case_id: int) -> HttpResponse:
+    """One node's children, for htmx to put in place when a node is opened."""
+    case = team_case(membership, case_id)
+    nodes = load_forest(case.version.operator, case.target, membership.team.pk)
+    filters = Filters.from_query(request.GET)
+    shown = visible_ids(nodes, filters)
+    children = [node_view(c, set(), shown) for c in nodes[case.pk].children if c.id in shown]
+    context = {"children": children, "slug": case.version.operator.slug, "target": case.target,
+               "filters": filters, "opened": ""}  # fmt: skip
+    return render(request, "memory/forest.html#children", context)
+
+
+def team_case(membership: Membership, case_id: int) -> Case:
+    case = (
+        Case.objects.filter(session__team=membership.team, pk=case_id)
+        .select_related("source", "version__operator", "parent__source")
+        .first()
+    )
+    if case is None:
+        raise Http404(f"No case {case_id}.")
+    return case
+
+
+def code_html(text: str) -> str:
+    return str(highlight(text, CLexer(), HtmlFormatter(cssclass="code")))
+
+
+def diff_lines(old: str, new: str) -> list[tuple[str, str]]:
+    """Unified diff lines with their kind: add, del, hunk or context (text is escaped later)."""
+    kinds = {"+": "add", "-": "del", "@": "hunk"}
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), "parent", "this case",
+                                 lineterm="", n=3)  # fmt: skip
+    return [(kinds.get(line[:1], "context"), line) for line in list(lines)[2:]]
+
+
+@team_view()
+def case_page(request: HttpRequest, membership: Membership, case_id: int) -> HttpResponse:
+    case = team_case(membership, case_id)
+    source = case.source.text if case.source else ""
+    parent_source = case.parent.source.text if case.parent and case.parent.source else ""
+    slug = case.version.operator.slug
+    context_event = JournalEvent.objects.filter(
+        session_id=case.session_id, kind="context_assembled", payload__operator=slug,
+        payload__iteration=case.iteration,
+    ).first()  # fmt: skip
+    context = {
+        "section": "forest", "case": case, "slug": slug, "code": code_html(source),
+        "diff": diff_lines(parent_source, source) if case.parent else [],
+        "path": path_to(case), "children": case.children.order_by("iteration", "pk"),
+        "context_record": context_event.payload if context_event else None,
+        "failing": [c for c in case.validation.get("cases", []) if not c.get("passed")],
+    }  # fmt: skip
+    return render(request, "memory/case.html", context)
