@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from apps.memory.models import JournalEvent
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.loop import advance, evaluate_here_since
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create
@@ -72,11 +73,11 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
         raise BenchmarkError(f"not built-in operators: {', '.join(unknown)}")
     team = Team.objects.create(name=f"bench kernels {timezone.now():%Y-%m-%d %H:%M:%S}",
                                slug=f"bench-kernels-{time.time_ns()}")  # fmt: skip
-    started = time.monotonic()
+    started, since = time.monotonic(), timezone.now()
     results: dict[str, list[OperatorResult]] = {}
     sessions = {}
     for mode in MODES:
-        session = run_session(team, slugs, mode, kernels, options.progress)
+        session = run_session(team, slugs, mode, kernels, options.progress, since)
         sessions[mode] = session.pk
         results[mode] = operator_results(session, slugs, mode)
     report = summary(results, slugs)
@@ -94,8 +95,14 @@ def default_out_dir() -> Path:
     return Path(settings.DATA_DIR) / "bench"
 
 
-def run_session(team: Team, slugs: list[str], mode: str, kernels: KernelsOptions,
-                progress: Callable[[str], None]) -> OptimizationSession:  # fmt: skip
+def run_session(
+    team: Team,
+    slugs: list[str],
+    mode: str,
+    kernels: KernelsOptions,
+    progress: Callable[[str], None],
+    since: datetime,
+) -> OptimizationSession:
     session = session_create(
         team=team, user=None, operators=slugs, memory_mode=mode, start=False,
         label=f"bench kernels, memory {mode}",
@@ -106,7 +113,10 @@ def run_session(team: Team, slugs: list[str], mode: str, kernels: KernelsOptions
     current_app.conf.task_always_eager = True  # case embeddings happen here, not in a worker
     try:
         iterations = 0
-        while advance(session.pk, evaluate=evaluate_here, policy_for=policy_for):
+        # Verdicts from before this run are measured again; within the run, the same kernel
+        # with memory on and off shares one measurement (a paired comparison).
+        evaluate = evaluate_here_since(since)
+        while advance(session.pk, evaluate=evaluate, policy_for=policy_for):
             iterations += 1
             progress(f"memory {mode}: {iteration_line(session.pk)} ({iterations} iterations)")
     finally:

@@ -47,6 +47,13 @@ def _finished(p: Payload) -> str:
             f"{_times(p['speedup_vs_start'])} over the start")  # fmt: skip
 
 
+def _replaced(p: Payload) -> str:
+    before = f"was {_ms(p['previous_latency_ms'])}" if p.get("previous_case_id") else "the first"
+    return (
+        f"{p['operator']}: new incumbent, case {p['case_id']} at {_ms(p['latency_ms'])} ({before})"
+    )
+
+
 def _control(p: Payload) -> str:
     by = f" by {p['actor']}" if p.get("actor") else ""
     return f"{p['status']}{by}" + (f": {p['reason']}" if p.get("reason") else "")
@@ -71,10 +78,7 @@ SUMMARIES: dict[str, Callable[[Payload], str]] = {
     "case_recorded": lambda p: (
         f"iteration {p['iteration']}: {p['outcome']}, {_ms(p.get('latency_ms'))}"
     ),
-    "incumbent_replaced": lambda p: (
-        f"{p['operator']}: new incumbent, case {p['case_id']} at "
-        f"{_ms(p['latency_ms'])} (was {_ms(p.get('previous_latency_ms'))})"
-    ),
+    "incumbent_replaced": _replaced,
     "adoption_recorded": lambda p: f"adopted {len(p['adopted'])} of {len(p['retrieved'])} items",
     "stage_scored": lambda p: f"{p['operator']} {p['stage']} stage scored {p['score']:.3f}",
     "value_updated": lambda p: f"{len(p['items'])} value score(s) updated ({p['stage']})",

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -736,13 +737,32 @@ def evaluation_wait_s() -> float:
 def evaluate_here(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
                   session: OptimizationSession) -> Evaluation:  # fmt: skip
     """Evaluate in this process (benchmarks and commands; the sandboxing is the same)."""
-    from apps.devices.services import evaluation_execute, evaluation_request
+    return evaluate_here_since(None)(version, candidate, options, session)
 
-    evaluation, to_run = evaluation_request(version=version, source_text=candidate.source,
-                                            options=options, team=session.team,
-                                            target=session.target)  # fmt: skip
-    # Here nobody else runs it: one left RUNNING was cut short (this process was killed), and
-    # counts as an attempt like a worker that died.
-    if to_run or evaluation.status in (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING):
-        evaluation = evaluation_execute(evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)
-    return evaluation
+
+def evaluate_here_since(since: datetime | None) -> Evaluate:
+    """`evaluate_here`, measuring again any candidate whose stored verdict is older than
+    `since`: a benchmark compares what it measured itself, under today's conditions."""
+
+    def evaluate(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
+                 session: OptimizationSession) -> Evaluation:  # fmt: skip
+        from apps.devices.services import evaluation_execute, evaluation_request
+
+        evaluation, to_run = evaluation_request(version=version, source_text=candidate.source,
+                                                options=options, team=session.team,
+                                                target=session.target)  # fmt: skip
+        finished = evaluation.finished_at
+        if since is not None and finished is not None and finished < since:
+            evaluation, to_run = evaluation_request(
+                version=version, source_text=candidate.source, options=options,
+                team=session.team, target=session.target, rerun=True,
+            )  # fmt: skip
+        # Here nobody else runs it: one left RUNNING was cut short (this process was killed),
+        # and counts as an attempt like a worker that died.
+        if to_run or evaluation.status in (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING):
+            evaluation = evaluation_execute(
+                evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS
+            )
+        return evaluation
+
+    return evaluate

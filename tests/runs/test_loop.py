@@ -15,6 +15,7 @@ from apps.devices.evaluator import EvalSettings
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTransition
 from apps.operators.models import OperatorVersion, StartingKernel
 from apps.runs.config import Budgets, Measurement
+from apps.runs.event_text import event_summary
 from apps.runs.loop import advance, evaluate_here
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
@@ -81,6 +82,8 @@ def test_an_operator_runs_to_its_round_budget_and_keeps_the_fastest_correct_kern
     kinds = [e.kind for e in events(session)]
     assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
     assert {"context_assembled", "compiled", "case_results", "timed", "stage_scored"} <= set(kinds)
+    # every step reads as a line of its own on the session page, none as raw JSON
+    assert not [e.kind for e in events(session) if event_summary(e.kind, e.payload)[:1] == "{"]
 
 
 def test_a_replayed_iteration_reuses_its_candidate_and_records_one_case(
