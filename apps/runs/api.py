@@ -4,6 +4,7 @@ No `from __future__ import annotations` here: ninja reads the parameter annotati
 @paginate-wrapped views at run time, where string annotations cannot be resolved.
 """
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -15,9 +16,10 @@ from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
 from apps.memory.journal import events_since
-from apps.runs.config import Budgets, Measurement
+from apps.runs.config import Measurement
 from apps.runs.models import OptimizationSession
 from apps.runs.services import (
+    default_budgets,
     session_create,
     session_pause,
     session_rerun,
@@ -31,10 +33,12 @@ MAX_UPLOAD_CHARS = 200_000
 
 
 class BudgetsIn(Schema):
-    rounds: int = Field(30, ge=1, le=1000)
-    tokens: int = Field(1_000_000, ge=1, le=100_000_000)
-    plateau: int = Field(10, ge=1, le=1000)
-    context_tokens: int = Field(12_000, ge=500, le=200_000)
+    """What is left out comes from the KOPE_SESSION_* / KOPE_CONTEXT_TOKENS settings."""
+
+    rounds: int | None = Field(None, ge=1, le=1000)
+    tokens: int | None = Field(None, ge=1, le=100_000_000)
+    plateau: int | None = Field(None, ge=1, le=1000)
+    context_tokens: int | None = Field(None, ge=500, le=200_000)
 
 
 class MeasurementIn(Schema):
@@ -106,7 +110,8 @@ def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
     if too_big:
         raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
                           f"{', '.join(too_big)}")  # fmt: skip
-    budgets = Budgets(**payload.budgets.dict()) if payload.budgets else None
+    given = payload.budgets.dict(exclude_none=True) if payload.budgets else {}
+    budgets = replace(default_budgets(), **given)
     measurement = Measurement(**payload.measurement.dict()) if payload.measurement else None
     session = session_create(
         team=team, user=request.user, operators=payload.operators or None,

@@ -85,15 +85,18 @@ def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -
         if not held:
             return False  # another worker is on it
         session = OptimizationSession.objects.select_related("team").get(pk=session_id)
-        if session.status == STATUS.QUEUED:
-            session = session_begin(session)
+        if session.status in (STATUS.QUEUED, STATUS.RUNNING):
+            session = session_begin(session)  # also a session paused before it started
+        config = SessionConfig.from_json(session.config)
+        entry = current_operator(session, config)
         if session.status == STATUS.STOPPING:
-            session_finish(session, "stopped", session.status_reason or "stopped by request")
+            reason = session.status_reason or "stopped by request"
+            if entry is not None and operator_started(session, config, entry):
+                Iteration(session, config, entry, evaluate, policy_for).finish_operator(reason)
+            session_finish(session, "stopped", reason)
             return False
         if session.status != STATUS.RUNNING:
             return False
-        config = SessionConfig.from_json(session.config)
-        entry = current_operator(session, config)
         if entry is None:
             session_finish(session, "finished", "every operator is done")
             return False
@@ -125,6 +128,9 @@ def session_is_locked(session_id: int) -> bool:
 
 
 def session_begin(session: OptimizationSession) -> OptimizationSession:
+    """Queued becomes running, and the journal opens with `session_started` (once)."""
+    if step_done(session.pk, "session:started") and session.status == STATUS.RUNNING:
+        return session
     config = SessionConfig.from_json(session.config)
     OptimizationSession.objects.filter(pk=session.pk, status=STATUS.QUEUED).update(
         status=STATUS.RUNNING
@@ -154,6 +160,13 @@ def session_pause(session: OptimizationSession, reason: str) -> None:
         )
         journal_append(session_id=session.pk, kind="session_paused",
                        payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
+
+
+def operator_started(
+    session: OptimizationSession, config: SessionConfig, entry: OperatorEntry
+) -> bool:
+    position = [e.slug for e in config.operators].index(entry.slug)
+    return step_done(session.pk, f"{position}:start") is not None
 
 
 def current_operator(session: OptimizationSession, config: SessionConfig) -> OperatorEntry | None:
@@ -664,7 +677,6 @@ def judge(evaluation: Evaluation, parent_latency_ms: float | None) -> Judged:
 class LoopTools(Tools):
     def __init__(self, iteration: Iteration) -> None:
         self.iteration = iteration
-        self.calls = 0
 
     def search_memory(self, text: str, limit: int = 8) -> list[Hit]:
         it = self.iteration
@@ -685,22 +697,18 @@ class LoopTools(Tools):
         return describe_verdict(evaluation.verdict or {})[:6000]
 
     def note_tool(self, tool: str, summary: str) -> None:
-        self.calls += 1
         it = self.iteration
         it.append("tool_called", {"operator": it.entry.slug, "iteration": it.n, "tool": tool,
-                                  "summary": summary[:2000]},
-                  step=it.step(f"tool:{self.calls}"))  # fmt: skip
+                                  "summary": summary[:2000]}, step="")  # fmt: skip
 
     def charge_model_call(self, model: str, usage: dict[str, int], attempts: int) -> None:
         """Journal the call; the journal adds its tokens to the session's total."""
-        self.calls += 1
         it = self.iteration
-        _, new = it.record_step("model_called", {"operator": it.entry.slug, "iteration": it.n,
-                                                 "model": model, "usage": usage,
-                                                 "attempts": attempts},
-                                step=it.step(f"model:{self.calls}"))  # fmt: skip
-        if new:
-            it.progress.tokens_used += sum(usage.values())
+        # No step key: a call made again after a replay was made, and its tokens were spent.
+        it.record_step("model_called", {"operator": it.entry.slug, "iteration": it.n,
+                                        "model": model, "usage": usage, "attempts": attempts},
+                       step="")  # fmt: skip
+        it.progress.tokens_used += sum(usage.values())
 
     def tokens_left(self) -> int:
         it = self.iteration

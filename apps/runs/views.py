@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.contrib import messages
@@ -18,11 +19,12 @@ from apps.accounts.roles import Permission
 from apps.core.errors import DomainError
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
-from apps.runs.config import Budgets, Measurement, SessionConfig
+from apps.runs.config import Measurement, SessionConfig
 from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
 from apps.runs.models import OptimizationSession
 from apps.runs.services import (
+    default_budgets,
     session_create,
     session_pause,
     session_rerun,
@@ -62,7 +64,7 @@ def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse
                 team=membership.team, user=request.user, operators=data["operators"] or None,
                 suite=data["suite"] or None, policy=data["policy"], model=data["model"],
                 memory_mode=data["memory_mode"], seed=data["seed"], label=data["label"],
-                budgets=Budgets(rounds=data["rounds"], plateau=data["plateau"]),
+                budgets=replace(default_budgets(), rounds=data["rounds"], plateau=data["plateau"]),
                 measurement=Measurement(repeats=data["repeats"]),
             )  # fmt: skip
         except DomainError as error:

@@ -132,7 +132,10 @@ def test_pause_stops_after_the_iteration_and_resume_and_stop_take_effect(
     assert Case.objects.filter(session=session).count() == 2
     kinds = [e.kind for e in events(session)]
     assert kinds.index("session_paused") < kinds.index("session_resumed")
-    assert kinds[-1] == "session_finished"
+    assert kinds[-2:] == ["operator_finished", "session_finished"]
+    finished = events(session, "operator_finished")[0].payload
+    assert finished["reason"] == f"stopped by {engineer.user.username}"
+    assert events(session, "stage_scored")[-1].payload["stage"] == "optimization"
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.REVIEWER])
