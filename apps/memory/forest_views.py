@@ -35,8 +35,7 @@ class Filters:
 
     @classmethod
     def from_query(cls, query: Any) -> Filters:
-        session = query.get("session", "")
-        return cls(query.get("outcome", ""), int(session) if session.isdigit() else None,
+        return cls(query.get("outcome", ""), as_int(query.get("session", "")),
                    query.get("strategy", "").strip()[:200])  # fmt: skip
 
     def active(self) -> bool:
@@ -47,6 +46,11 @@ class Filters:
         session = self.session is None or node.session_id == self.session
         strategy = not self.strategy or self.strategy.lower() in node.strategy.lower()
         return outcome and session and strategy
+
+
+def as_int(text: str) -> int | None:
+    """A whole number from a query parameter; None for anything else ("", "x", "²")."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def visible_ids(nodes: dict[int, Node], filters: Filters) -> set[int]:
@@ -92,7 +96,7 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
     )
     slug = request.GET.get("operator") or (operators[0] if operators else "")
     target = request.GET.get("target", "cpu-c")
-    opened = {int(i) for i in request.GET.get("open", "").split(",") if i.isdigit()}
+    opened = {n for i in request.GET.get("open", "").split(",") if (n := as_int(i)) is not None}
     filters = Filters.from_query(request.GET)
     context: dict[str, Any] = {"section": "forest", "operators": operators, "slug": slug,
                                "target": target, "filters": filters, "trees": [],

@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import team_view
@@ -128,5 +129,7 @@ def rule_decide(
         messages.error(request, str(error) if isinstance(error, DomainError) else
                        "The form was incomplete: a version number is needed.")  # fmt: skip
         return redirect("rule", team=membership.team.slug, rule_id=rule.pk)
-    return redirect(request.POST.get("next") or reverse("review", kwargs={
-        "team": membership.team.slug}))  # fmt: skip
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}):
+        back = reverse("review", kwargs={"team": membership.team.slug})
+    return redirect(back)

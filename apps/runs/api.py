@@ -82,7 +82,7 @@ class EventOut(Schema):
     seq: int
     kind: str
     payload: dict[str, Any]
-    at: datetime
+    at: datetime = Field(..., alias="created_at")
 
 
 def session_out(session: OptimizationSession) -> dict[str, Any]:
@@ -139,10 +139,7 @@ def get_session(request: HttpRequest, slug: str, session_id: int) -> Any:
 @paginate(LimitOffsetPagination)
 def session_events(request: HttpRequest, slug: str, session_id: int, since: int = 0) -> Any:
     session = team_session(request, slug, session_id)
-    return [
-        {"seq": e.seq, "kind": e.kind, "payload": e.payload, "at": e.created_at}
-        for e in events_since(session.pk, max(0, since))
-    ]
+    return events_since(session.pk, max(0, since))  # the page is sliced in the database
 
 
 @router.post("/teams/{slug}/sessions/{session_id}/pause", response=SessionOut)

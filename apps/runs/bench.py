@@ -184,6 +184,8 @@ def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
     n = len(results)
     return {
         "pass_rate": sum(r.correct for r in results) / n,
+        # the geometric means are over the operators that ended with a correct, timed kernel
+        "geomean_operators": sum(bool(r.speedup_vs_naive) for r in results),
         "geomean_speedup_vs_naive": geomean([r.speedup_vs_naive or 0 for r in results]),
         "geomean_speedup_vs_reference": geomean([r.speedup_vs_reference or 0 for r in results]),
         "fraction_faster_than_reference": sum(r.beats_reference for r in results) / n,

@@ -5,7 +5,8 @@ session's group before it reads the journal, so nothing committed in between is 
 then sends every event with seq > after in order, and afterwards each live event whose seq is
 the next one. A live event that is already sent is dropped; one that skips ahead (a message
 lost while the channel layer restarted) makes it read the gap from the journal first. So the
-client sees every event once, in order, with no holes.
+client sees every event once, in order, with no holes; a lost *last* message shows with the
+next event or at the next (re)connection, which asks from the last seq the client has.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
 
 def requested_after(query_string: bytes) -> int:
     values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
-    return int(values[0]) if values[0].isdigit() else 0
+    text = values[0]
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

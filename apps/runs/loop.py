@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from apps.agents.coldstart import cold_start_documents
@@ -93,12 +93,12 @@ def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -
             reason = session.status_reason or "stopped by request"
             if entry is not None and operator_started(session, config, entry):
                 Iteration(session, config, entry, evaluate, policy_for).finish_operator(reason)
-            session_finish(session, "stopped", reason)
+            session_finish(session, reason)
             return False
         if session.status != STATUS.RUNNING:
             return False
         if entry is None:
-            session_finish(session, "finished", "every operator is done")
+            session_finish(session, "every operator is done")
             return False
         try:
             Iteration(session, config, entry, evaluate, policy_for).run()
@@ -118,8 +118,15 @@ def session_lock(session_id: int) -> Iterator[bool]:
         yield held
     finally:
         if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session_id])
+            release_lock(session_id)
+
+
+def release_lock(session_id: int) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session_id])
+    except DatabaseError:
+        pass  # the connection is gone, and the lock went with it
 
 
 def session_is_locked(session_id: int) -> bool:
@@ -143,23 +150,29 @@ def session_begin(session: OptimizationSession) -> OptimizationSession:
     return session
 
 
-def session_finish(session: OptimizationSession, status: str, reason: str) -> None:
-    final = STATUS.FINISHED
+def session_finish(session: OptimizationSession, reason: str) -> None:
     with transaction.atomic():
         OptimizationSession.objects.filter(pk=session.pk).update(
-            status=final, status_reason=reason, finished_at=timezone.now()
+            status=STATUS.FINISHED, status_reason=reason, finished_at=timezone.now()
         )
         journal_append(session_id=session.pk, kind="session_finished", step="session:finished",
-                       payload={"status": status, "reason": reason})  # fmt: skip
+                       payload={"status": STATUS.FINISHED, "reason": reason})  # fmt: skip
 
 
 def session_pause(session: OptimizationSession, reason: str) -> None:
+    """Pause a queued or running session with the reason; one a person is stopping finishes."""
     with transaction.atomic():
-        OptimizationSession.objects.filter(pk=session.pk).update(
-            status=STATUS.PAUSED, status_reason=reason
-        )
-        journal_append(session_id=session.pk, kind="session_paused",
-                       payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
+        paused = OptimizationSession.objects.filter(
+            pk=session.pk, status__in=(STATUS.QUEUED, STATUS.RUNNING)
+        ).update(status=STATUS.PAUSED, status_reason=reason)
+        if paused:
+            journal_append(session_id=session.pk, kind="session_paused",
+                           payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
+            return
+    stopping = OptimizationSession.objects.filter(pk=session.pk, status=STATUS.STOPPING)
+    stop_reason = stopping.values_list("status_reason", flat=True).first()
+    if stop_reason is not None:
+        session_finish(session, f"{stop_reason or 'stopped'} ({reason})")
 
 
 def operator_started(
@@ -233,6 +246,7 @@ class Iteration:
                     "version_id": self.version.pk, "position": self.position,
                     "start": "uploaded" if self.entry.start_source_sha256 else "starting kernel"},
                     step=f"{self.position}:start")  # fmt: skip
+        self.score_correctness_if_missed()
         reason = self.stop_reason()
         if reason:
             self.finish_operator(reason)
@@ -247,6 +261,11 @@ class Iteration:
         candidate, adopted, retrieved = proposed
         evaluation = self.evaluate(self.version, candidate, self.eval_settings(candidate),
                                    self.session)  # fmt: skip
+        if evaluation.status == Evaluation.Status.FAILED:
+            # Not the candidate's fault (a reference that failed, workers that died): pause;
+            # resuming replays this iteration and asks for the evaluation again.
+            raise SessionPaused(f"evaluation {evaluation.pk} could not be carried out: "
+                                f"{evaluation.error}")  # fmt: skip
         self.report_verdict(evaluation)
         case = self.record(candidate, evaluation, adopted, retrieved)
         self.after_record(case)
@@ -461,6 +480,14 @@ class Iteration:
                             "iteration": self.n, "case_id": case.pk, "retrieved": retrieved,
                             "adopted": adopted})  # fmt: skip
         return case
+
+    def score_correctness_if_missed(self) -> None:
+        """A worker that died between recording the first correct case and scoring its stage
+        left the stage unscored: score it now, over the same cases."""
+        first = self.progress.first_correct
+        if first is not None and not self.progress.correctness_scored:
+            stage_cases = [c for c in self.progress.cases if c.iteration <= first.iteration]
+            self.score_stage("correctness", correctness_stage_score(True), stage_cases)
 
     def after_record(self, case: Case) -> None:
         first_correct = self.progress.first_correct

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
@@ -9,6 +10,8 @@ from celery.signals import worker_ready
 from django.db import OperationalError
 
 from apps.runs.models import OptimizationSession
+
+logger = logging.getLogger(__name__)
 
 
 # No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue.
@@ -25,8 +28,27 @@ def advance_session(session_id: int, ticket: int) -> None:
     current = OptimizationSession.objects.filter(pk=session_id).values_list("ticket", flat=True)
     if current.first() != ticket:
         return  # a newer message for this session is queued: this one is stale
-    if advance(session_id, evaluate=evaluate_on_worker, policy_for=policy_for):
+    try:
+        more = advance(session_id, evaluate=evaluate_on_worker, policy_for=policy_for)
+    except OperationalError:
+        raise  # the database went away for a moment: retried with backoff
+    except Exception as error:  # whatever it was, the session must not stay "running" unseen
+        logger.exception("session %s: the loop failed", session_id)
+        pause_after_error(session_id, error)
+        return
+    if more:
         enqueue_advance(session_id)
+
+
+def pause_after_error(session_id: int, error: Exception) -> None:
+    """Pause with the error as the reason: a person can read it, fix the cause and resume
+    (the iteration is replayed from the journal)."""
+    from apps.runs.loop import session_pause
+
+    session = OptimizationSession.objects.filter(pk=session_id).first()
+    if session is not None:
+        session_pause(session, f"the loop stopped on an error: {type(error).__name__}: "
+                               f"{str(error)[:500]}")  # fmt: skip
 
 
 @shared_task(name="runs.resume_orphaned", ignore_result=True)

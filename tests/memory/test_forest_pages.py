@@ -98,3 +98,17 @@ def test_another_teams_case_is_not_found(team: Team, other_team: Team, viewer: C
     ids = small_forest(other_team)
     assert viewer.get(f"/t/{team.slug}/cases/{ids['start']}/").status_code == 404
     assert "No attempts yet" in viewer.get(f"/t/{team.slug}/forest/").content.decode()
+
+
+def test_a_decision_never_redirects_off_site(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    from apps.memory.rules import Wording, rule_propose
+
+    rule = rule_propose(team=team, source_key="case:9", evidence={},
+                        wording=Wording("Tile the k loop", "matmul nests"))  # fmt: skip
+    response = client_for(Role.REVIEWER).post(
+        f"/t/{team.slug}/review/{rule.pk}/veto/",
+        {"reason": "too vague", "next": "https://elsewhere.example/phish"},
+    )
+    assert response.status_code == 302 and response["Location"] == f"/t/{team.slug}/review/"

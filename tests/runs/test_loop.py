@@ -3,6 +3,7 @@ memory modes. The worker processes, the websocket and the kill test are in test_
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -221,3 +222,74 @@ def test_a_broken_transformation_is_recorded_as_a_failed_branch(gemm: OperatorVe
     assert "correct: no" in failed.feedback["summary"]
     finished = events(session, "operator_finished")[0].payload
     assert finished["best_case_id"] == failed.parent_id
+
+
+def failed_evaluation(version: Any, candidate: Candidate, options: EvalSettings,
+                      session: Any) -> Any:  # fmt: skip
+    """What a device worker leaves when the evaluation could not be carried out."""
+    from apps.devices.services import evaluation_fail, evaluation_request
+
+    evaluation, _ = evaluation_request(version=version, source_text=candidate.source,
+                                       options=options, team=session.team)  # fmt: skip
+    return evaluation_fail(evaluation, "the reference of gemm v1 failed: out of memory")
+
+
+def test_an_evaluation_that_could_not_run_pauses_and_resuming_runs_it_again(
+    gemm: OperatorVersion,
+) -> None:
+    session = launch(TeamFactory(), ["gemm"], rounds=1)
+
+    assert not advance(session.pk, evaluate=failed_evaluation, policy_for=policy_for)
+
+    session.refresh_from_db()
+    assert session.status == "paused" and "could not be carried out" in session.status_reason
+    assert not Case.objects.filter(session=session).exists()  # no verdict on the candidate
+    session_resume(session=session, user=None)
+    session = run_to_end(session)
+    assert session.status == "finished"
+    assert Case.objects.get(session=session, iteration=0).correct
+
+
+def test_a_stop_pressed_during_an_iteration_is_not_lost_to_a_pause(gemm: OperatorVersion) -> None:
+    session = launch(TeamFactory(), ["gemm"], rounds=2)
+
+    def stopped_meanwhile(*args: Any) -> Any:
+        session_stop(session=session, user=None)
+        return failed_evaluation(*args)
+
+    advance(session.pk, evaluate=stopped_meanwhile, policy_for=policy_for)
+
+    session.refresh_from_db()
+    assert session.status == "finished" and session.status_reason.startswith("stopped by system")
+
+
+def test_a_correctness_stage_left_unscored_by_a_dead_worker_is_scored_once(
+    gemm: OperatorVersion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apps.runs.loop import Iteration
+
+    session = launch(TeamFactory(), ["gemm"], rounds=1)
+    with monkeypatch.context() as dies:
+        dies.setattr(Iteration, "after_record", lambda self, case: sys.exit("killed"))
+        with pytest.raises(SystemExit):
+            advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+    assert Case.objects.filter(session=session, correct=True).exists()
+    assert not events(session, "stage_scored")
+
+    session = run_to_end(session)
+
+    scored = [e.payload["stage"] for e in events(session, "stage_scored")]
+    assert scored.count("correctness") == 1
+
+
+def test_an_unexpected_error_pauses_the_session_with_it(gemm: OperatorVersion) -> None:
+    from apps.runs.tasks import pause_after_error
+
+    session = launch(TeamFactory(), ["gemm"])
+    OptimizationSession.objects.filter(pk=session.pk).update(status="running")
+
+    pause_after_error(session.pk, ValueError("the policy tripped"))
+
+    session.refresh_from_db()
+    assert session.status == "paused"
+    assert session.status_reason == "the loop stopped on an error: ValueError: the policy tripped"

@@ -149,6 +149,8 @@ class ClaudePolicy:
         messages: list[dict[str, Any]] = [{"role": "user", "content": opening(situation)}]
         for _ in range(MAX_TURNS):
             if tools.tokens_left() <= 0:
+                if state.candidate is not None:
+                    break  # the written candidate is paid for: evaluate it
                 return Proposal(None, rationale="the token budget is spent")
             try:
                 turn = self.client.turn(
@@ -177,13 +179,19 @@ class ClaudePolicy:
         self, call: dict[str, Any], state: Turns, situation: Situation, tools: Tools
     ) -> dict[str, Any]:
         name, arguments = call["name"], call.get("input") or {}
-        try:
-            text = TOOL_HANDLERS[name](arguments, state, situation, tools)
-            error = False
-        except KeyError:
-            text, error = f"there is no tool named {name!r}", True
-        except ToolInputError as problem:
-            text, error = str(problem), True
+        handler = TOOL_HANDLERS.get(name)
+        error = True
+        if handler is None:
+            text = f"there is no tool named {name!r}"
+        elif not isinstance(arguments, dict):
+            text = f"{name} takes an object of arguments"
+        else:
+            try:
+                text, error = handler(arguments, state, situation, tools), False
+            except ToolInputError as problem:
+                text = str(problem)
+            except (TypeError, ValueError, AttributeError) as problem:
+                text = f"{name} could not use these arguments: {problem}"
         tools.note_tool(name, text if error else summary_of(name, arguments, text))
         return {"type": "tool_result", "tool_use_id": call["id"], "content": text,
                 "is_error": error}  # fmt: skip
