@@ -14,12 +14,10 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import CLexer
 
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
+from apps.core.code_html import c_code_html
 from apps.memory.forest import Node, load_forest, path_to, roots
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
@@ -136,10 +134,6 @@ def team_case(membership: Membership, case_id: int) -> Case:
     return case
 
 
-def code_html(text: str) -> str:
-    return str(highlight(text, CLexer(), HtmlFormatter(cssclass="code")))
-
-
 def diff_lines(old: str, new: str) -> list[tuple[str, str]]:
     """Unified diff lines with their kind: add, del, hunk or context (text is escaped later)."""
     kinds = {"+": "add", "-": "del", "@": "hunk"}
@@ -159,7 +153,7 @@ def case_page(request: HttpRequest, membership: Membership, case_id: int) -> Htt
         payload__iteration=case.iteration,
     ).first()  # fmt: skip
     context = {
-        "section": "forest", "case": case, "slug": slug, "code": code_html(source),
+        "section": "forest", "case": case, "slug": slug, "code": c_code_html(source),
         "diff": diff_lines(parent_source, source) if case.parent else [],
         "path": path_to(case), "children": case.children.order_by("iteration", "pk"),
         "context_record": context_event.payload if context_event else None,

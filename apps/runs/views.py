@@ -9,13 +9,11 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import CLexer
 
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
+from apps.core.code_html import c_code_html
 from apps.core.errors import DomainError
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
@@ -120,10 +118,10 @@ def operator_rows(session: OptimizationSession) -> list[dict[str, Any]]:
 
 
 def highlighted(case: Case | None) -> str:
-    """The case's kernel as highlighted HTML; pygments escapes the code."""
+    """The case's kernel as highlighted HTML ("" without one)."""
     if case is None or case.source is None:
         return ""
-    return str(highlight(case.source.text, CLexer(), HtmlFormatter(cssclass="code")))
+    return c_code_html(case.source.text)
 
 
 @require_POST
