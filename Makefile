@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # Elsewhere, TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' picks the CPU wheel.
 TORCH_PIP_ARGS ?=
 
-.PHONY: run test lint typecheck pytest install browser clean
+.PHONY: run test lint typecheck pytest install browser clean load
 
 run:
 	@export KOPE_STARTED_AT=$$(date +%s.%N); \
@@ -25,12 +25,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian's Chromium for the Playwright tests (never `playwright install`: it downloads), and
-# valgrind for the evaluator's profiles.
+# Debian's Chromium for the Playwright tests (never `playwright install`: it downloads),
+# valgrind for the evaluator's profiles, and poppler-utils (pdftoppm, pdftotext) for the PDF
+# report tests.
 browser:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	command -v pdftoppm >/dev/null 2>&1 || missing="$$missing poppler-utils"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null; \
@@ -45,6 +47,10 @@ typecheck:
 
 pytest:
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# A team's load on a throwaway stack under /tmp (loopback only): the base profile, then double.
+load: install
+	$(PY) -m loadtest.run --profiles base,double $(LOAD_ARGS)
 
 clean:
 	rm -rf var/test var/broker

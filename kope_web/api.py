@@ -2,29 +2,75 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.types import DictStrAny
 
 from apps.accounts.api import router as accounts_router
 from apps.core.api_auth import API_AUTH
 from apps.core.errors import DomainError
 from apps.devices.api import router as devices_router
 from apps.memory.api import router as memory_router
+from apps.memory.cases_api import router as cases_router
 from apps.operators.api import router as operators_router
+from apps.reports.api import router as reports_router
 from apps.runs.api import router as runs_router
+
+
+def nul_at(value: object, where: str) -> str | None:
+    """Where in a parsed body or query a NUL character is (PostgreSQL text cannot hold one)."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    if isinstance(value, dict):
+        items: list[tuple[str, object]] = [(f"{where}.{k}", v) for k, v in value.items()]
+        items += [(f"{where} key {k!r}", k) for k in value]
+    elif isinstance(value, list):
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    return next((found for at, item in items if (found := nul_at(item, at))), None)
+
+
+class NulRefusingParser(Parser):
+    """JSON bodies and query strings, refused whole when a string holds a NUL character: no
+    field of ours can store one, and finding out at the database would be a 500."""
+
+    def parse_body(self, request: HttpRequest) -> DictStrAny:
+        return refuse_nul(super().parse_body(request), "body")
+
+    def parse_querydict(
+        self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
+    ) -> DictStrAny:
+        return refuse_nul(super().parse_querydict(data, list_fields, request), "query")
+
+
+def refuse_nul(parsed: DictStrAny, where: str) -> DictStrAny:
+    if found := nul_at(parsed, where):
+        raise DomainError(f"{found} holds a NUL character, which cannot be stored")
+    return parsed
+
 
 api = NinjaAPI(
     title="KOPE Workbench API",
     version="1",
     urls_namespace="api",
     auth=API_AUTH,
+    parser=NulRefusingParser(),
 )
 api.add_router("/", accounts_router)
 api.add_router("/", devices_router)
 api.add_router("/", operators_router)
 api.add_router("/", memory_router)
+api.add_router("/", cases_router)
 api.add_router("/", runs_router)
+api.add_router("/", reports_router)
 
 
 def error_body(code: str, message: str, **extra: object) -> dict[str, object]:
@@ -48,8 +94,18 @@ def on_auth_error(request: HttpRequest, error: AuthenticationError) -> HttpRespo
     return api.create_response(request, body, status=401)
 
 
+@api.exception_handler(RequestDataTooBig)
+def on_body_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = error_body("request_too_large", f"The request body is over {limit} bytes "
+                      "(KOPE_MAX_REQUEST_BYTES).", limit=limit)  # fmt: skip
+    return api.create_response(request, body, status=413)
+
+
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
+    if isinstance(error.__cause__, DomainError):  # ninja wraps what its body parser raised
+        return on_domain_error(request, error.__cause__)
     return api.create_response(
         request, error_body(f"http_{error.status_code}", str(error)), status=error.status_code
     )

@@ -8,6 +8,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from kope_web.api import api
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
+handler500 = "apps.core.views.server_error"
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
@@ -35,5 +36,6 @@ urlpatterns = [
     path("", include("apps.operators.urls")),
     path("", include("apps.runs.urls")),
     path("", include("apps.memory.urls")),
+    path("", include("apps.reports.urls")),  # before the workbench's catch-all section
     path("", include("apps.workbench.urls")),
 ]

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from celery import current_app
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -52,3 +53,12 @@ def admin_client_of_team(client_for: Callable[[Role | str], Client]) -> Client:
 @pytest.fixture
 def user(db: None) -> User:
     return UserFactory()
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """A task queued (on commit) runs right where it is sent, as its worker would run it."""
+    before = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True
+    yield
+    current_app.conf.task_always_eager = before

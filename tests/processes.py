@@ -11,9 +11,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,13 +52,20 @@ class Process:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped()
+
+    def terminate(self) -> None:
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
+
+    def wait_stopped(self) -> None:
+        """After terminate(): give it 15 s to finish, then kill it."""
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
 
 
 def free_port() -> int:
@@ -82,55 +90,62 @@ def wait_until_answering(url: str, process: Process, timeout: float = 60) -> Non
 
 
 @contextmanager
-def daphne(env: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    process = Process(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "kope_web.asgi:application",
-        ],
-        env,
-    )
+def stopped_on_exit(processes: list[Process]) -> Iterator[None]:
+    """Stops every process in the list (as it is at exit) together: all are told first."""
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_answering(f"{url}/accounts/login/", process)
-        yield url
+        yield
     finally:
-        process.stop()
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait_stopped()
+
+
+def daphne_process(env: dict[str, str]) -> tuple[Process, str]:
+    """A Daphne server starting (not yet answering) and its URL."""
+    port = free_port()
+    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "kope_web.asgi:application"]  # fmt: skip
+    return Process(args, env), f"http://127.0.0.1:{port}"
+
+
+def worker_process(env: dict[str, str], queues: str, hostname: str) -> Process:
+    """A Celery worker starting (not yet ready)."""
+    args = [sys.executable, "-m", "celery", "-A", "kope_web", "worker", "-Q", queues,
+            "--pool", "solo", "--hostname", hostname, "--loglevel", "INFO",
+            "--without-heartbeat", "--without-mingle", "--without-gossip"]  # fmt: skip
+    return Process(args, env)
+
+
+@contextmanager
+def daphne(env: dict[str, str], workers: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
+    """Daphne's URL once it answers, with the (queues, hostname) workers ready too: all start
+    at once, since each spends seconds importing Django and the apps."""
+    processes: list[Process] = []
+    with stopped_on_exit(processes):
+        process, url = daphne_process(env)
+        processes.append(process)
+        for queues, hostname in workers:
+            processes.append(worker_process(env, queues, hostname))
+        wait_until_answering(f"{url}/accounts/login/", process)
+        for worker in processes[1:]:
+            worker.wait_for_output(" ready.")
+        yield url
 
 
 @contextmanager
 def celery_worker(env: dict[str, str], queues: str, hostname: str) -> Iterator[Process]:
-    process = Process(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "kope_web",
-            "worker",
-            "-Q",
-            queues,
-            "--pool",
-            "solo",
-            "--hostname",
-            hostname,
-            "--loglevel",
-            "INFO",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-        ],
-        env,
-    )
-    try:
-        process.wait_for_output(" ready.")
-        yield process
-    finally:
-        process.stop()
+    processes = [worker_process(env, queues, hostname)]
+    with stopped_on_exit(processes):
+        processes[0].wait_for_output(" ready.")
+        yield processes[0]
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `condition` until it returns something true, and return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -6,19 +6,28 @@ objects are indistinguishable from objects that do not exist.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.accounts.roles import Permission, Role, role_allows
+from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Profile
+from apps.devices.services import evaluation_request
 from apps.memory.journal import journal_append
+from apps.memory.models import MemoryVector
 from apps.memory.rules import Wording, rule_propose
 from apps.operators.models import ImportRun
 from apps.operators.services import suite_set
+from apps.reports.knowledge import FORMAT as KB_FORMAT
+from apps.reports.knowledge import VERSION as KB_VERSION
+from apps.reports.models import Export
 from apps.runs.services import session_create, session_pause
 from tests.factories import MembershipFactory, stored_builtin
 from tests.operators.conftest import SAMPLES
@@ -40,17 +49,42 @@ class Endpoint:
 
 EDIT = {"name": "Prefix sum", "description": "y[i] = x[0] + ... + x[i]", "max_abs": "0.002",
         "max_rel": "0.001"}  # fmt: skip
+# Another team's knowledge-base export, with no rules: the smallest file an import takes.
+KNOWLEDGE_FILE = json.dumps({"format": KB_FORMAT, "version": KB_VERSION,
+                             "team": {"slug": "elsewhere", "name": "Elsewhere"},
+                             "rules": []}).encode()  # fmt: skip
 IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
 
 
 PAGES = [
-    *(
-        Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW)
-        for s in ["knowledge", "reports"]
+    *(Endpoint("section", "get", f"/t/{{team}}/{s}/", Permission.VIEW) for s in ["reports"]),
+    Endpoint("reports", "get", "/t/{team}/reports/", Permission.VIEW),
+    Endpoint(
+        "export-create",
+        "post",
+        "/t/{team}/reports/new/",
+        Permission.VIEW,
+        {"kind": "knowledge", "format": "json"},
     ),
+    Endpoint("export-download", "get", "/t/{team}/reports/{export_id}/download/", Permission.VIEW),
+    Endpoint("knowledge-import", "post", "/t/{team}/reports/import/", Permission.REVIEW, {}),
+    Endpoint("knowledge", "get", "/t/{team}/knowledge/?q=tile+the+k+loop", Permission.VIEW),
+    Endpoint(
+        "document", "get", "/t/{team}/knowledge/documents/doc:cpu-c:cheatsheet/", Permission.VIEW
+    ),
+    Endpoint("hot-memory", "get", "/t/{team}/hot-memory/", Permission.VIEW),
     Endpoint("forest", "get", "/t/{team}/forest/?operator=relu", Permission.VIEW),
     Endpoint("forest-children", "get", "/t/{team}/forest/{case_id}/children/", Permission.VIEW),
     Endpoint("case", "get", "/t/{team}/cases/{case_id}/", Permission.VIEW),
+    Endpoint("compare", "get", "/t/{team}/compare/?a={case_id}&b={case_id}", Permission.VIEW),
+    Endpoint(
+        "compare-profile",
+        "post",
+        "/t/{team}/compare/profile/",
+        Permission.RUN,
+        {"a": "{case_id}", "b": "{case_id}"},
+    ),
+    Endpoint("profile-trace", "get", "/t/{team}/profiles/{profile_id}/trace.json", Permission.VIEW),
     Endpoint("review", "get", "/t/{team}/review/", Permission.VIEW),
     Endpoint("rule", "get", "/t/{team}/review/{rule_id}/", Permission.VIEW),
     Endpoint(
@@ -147,6 +181,43 @@ API = [
     Endpoint(
         "api:retire_rule", "post", "/api/teams/{team}/rules/{rule_id}/retire", Permission.REVIEW, {}
     ),
+    Endpoint("api:list_cases", "get", "/api/teams/{team}/cases", Permission.VIEW),
+    Endpoint("api:search_knowledge", "get", "/api/teams/{team}/knowledge?q=tile", Permission.VIEW),
+    Endpoint("api:get_case", "get", "/api/teams/{team}/cases/{case_id}", Permission.VIEW),
+    Endpoint(
+        "api:case_subtree", "get", "/api/teams/{team}/cases/{case_id}/subtree", Permission.VIEW
+    ),
+    Endpoint(
+        "api:compare_cases",
+        "get",
+        "/api/teams/{team}/compare?a={case_id}&b={case_id}",
+        Permission.VIEW,
+    ),
+    Endpoint(
+        "api:profile_trace",
+        "get",
+        "/api/teams/{team}/profiles/{profile_id}/trace",
+        Permission.VIEW,
+    ),
+    Endpoint("api:list_exports", "get", "/api/teams/{team}/exports", Permission.VIEW),
+    Endpoint(
+        "api:create_export",
+        "post",
+        "/api/teams/{team}/exports",
+        Permission.VIEW,
+        {"kind": "knowledge", "format": "json"},
+    ),
+    Endpoint("api:get_export", "get", "/api/teams/{team}/exports/{export_id}", Permission.VIEW),
+    Endpoint(
+        "api:export_file", "get", "/api/teams/{team}/exports/{export_id}/file", Permission.VIEW
+    ),
+    Endpoint(
+        "api:import_knowledge",
+        "post",
+        "/api/teams/{team}/knowledge/import",
+        Permission.REVIEW,
+        {"file": KNOWLEDGE_FILE},
+    ),
     Endpoint("api:list_sessions", "get", "/api/teams/{team}/sessions", Permission.VIEW),
     Endpoint(
         "api:create_session",
@@ -195,7 +266,15 @@ USER_SCOPED = {
 OUTSIDE_THE_MATRIX = {"login", "logout"}  # login is public; logout is tested with auth
 
 
-OBJECT_IDS = ("import_id", "rule_id", "session_id", "paused_id", "case_id")
+OBJECT_IDS = (
+    "import_id",
+    "rule_id",
+    "session_id",
+    "paused_id",
+    "case_id",
+    "profile_id",
+    "export_id",
+)
 
 
 def expected_status(role: Role | str, needs: Permission) -> str:
@@ -215,12 +294,15 @@ def outcome(status_code: int) -> str:
 
 @pytest.fixture(autouse=True)
 def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """What the endpoints name: a shared and a team-owned operator, a suite, an import."""
+    """What the endpoints name: a shared and a team-owned operator, a suite, an import, a
+    shared document."""
     settings.KOPE_IMPORT_ROOTS = [SAMPLES]
     relu = stored_builtin("relu")
     stored_builtin("cumsum", team)
     suite_set(team=None, slug="pair", name="A pair", operators=[relu.operator])
     run = ImportRun.objects.create(team=team, path=str(SAMPLES), format="kernelbench")
+    MemoryVector.objects.create(kind="document", key="doc:cpu-c:cheatsheet", target="cpu-c",
+                                text="# cpu-c cheat sheet")  # fmt: skip
     rule = rule_propose(team=team, source_key="case:1", evidence={},
                         wording=Wording("Tile the k loop", "matmul-like loops"))  # fmt: skip
     session = session_create(team=team, user=None, operators=["relu"], start=False)
@@ -230,19 +312,30 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
         "outcome": "no_change", "correct": True})  # fmt: skip
     paused = session_create(team=team, user=None, operators=["relu"], start=False)
     session_pause(session=paused, user=None)
+    evaluation, _ = evaluation_request(version=relu, source_text="int x;", team=team,
+                                       options=EvalSettings(profile=True))  # fmt: skip
+    profile = Profile.objects.create(evaluation=evaluation, tool="cachegrind", case_id="one",
+                                     data={}, trace={"traceEvents": []})  # fmt: skip
+    export = Export.objects.create(team=team, kind="knowledge", format="json", status="done",
+                                   content=b"{}", filename="kb.json")  # fmt: skip
     return {"import_id": run.pk, "rule_id": rule.pk, "session_id": session.pk,
-            "paused_id": paused.pk, "case_id": case.pk}  # fmt: skip
+            "paused_id": paused.pk, "case_id": case.pk, "profile_id": profile.pk,
+            "export_id": export.pk}  # fmt: skip
 
 
 def call(
     client: Client, endpoint: Endpoint, team: str, member: str, ids: dict[str, object] | None = None
 ) -> int:
-    url = endpoint.url(team, member, **(ids or dict.fromkeys(OBJECT_IDS, 0)))
+    ids = ids or dict.fromkeys(OBJECT_IDS, 0)
+    url = endpoint.url(team, member, **ids)
     body = {
-        k: v.format(member=member) if isinstance(v, str) else v
+        k: v.format(member=member, **ids) if isinstance(v, str) else v
         for k, v in (endpoint.body or {}).items()
     }
-    if endpoint.name.startswith("api:"):
+    if any(isinstance(v, bytes) for v in body.values()):  # a file upload
+        files = {k: SimpleUploadedFile(f"{k}.json", v) for k, v in body.items()}
+        response = getattr(client, endpoint.method)(url, files)
+    elif endpoint.name.startswith("api:"):
         response = getattr(client, endpoint.method)(url, body, content_type="application/json")
     else:
         response = getattr(client, endpoint.method)(url, body)

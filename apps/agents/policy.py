@@ -5,7 +5,7 @@ returns. The offline search policy and the Claude policy both implement `Policy`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from apps.agents.context import PackedContext
@@ -30,12 +30,31 @@ class OperatorBrief:
         return self.max_rel >= 1e-3 and self.max_abs >= 1e-4
 
 
+MAX_STRATEGY_CHARS = 200
+
+
 @dataclass(frozen=True)
 class Candidate:
     source: str
     strategy: str  # a named strategy with parameters, e.g. "interchange(loop=L1)"
     flags: tuple[str, ...] = ()
     threads: int = 1
+
+
+def bounded_strategy(strategy: str) -> str:
+    """A strategy name as the journal and the case keep it: one line of at most
+    MAX_STRATEGY_CHARS characters, without NUL (whatever a policy returned)."""
+    text = " ".join(strategy.replace("\x00", "").split())
+    if len(text) <= MAX_STRATEGY_CHARS:
+        return text or "unnamed strategy"
+    return text[: MAX_STRATEGY_CHARS - 1] + "…"
+
+
+def bounded_candidate(candidate: Candidate) -> Candidate:
+    """The candidate as the loop records it: its strategy bounded, NUL gone from its flags
+    (PostgreSQL's JSON holds no NUL)."""
+    flags = tuple(flag.replace("\x00", "") for flag in candidate.flags)
+    return replace(candidate, strategy=bounded_strategy(candidate.strategy), flags=flags)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# gcc and clang: "kernel.c:12:5: error: expected ';' before '}' token"
+# gcc and clang: "kernel.c:12:5: error: expected ';' before '}' token". Line and column are
+# ASCII digits of a bounded length, so a garbled line never reaches int() with a huge number.
 DIAGNOSTIC = re.compile(
-    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<column>\d+): "
+    r"^(?P<file>[^:\n]+):(?P<line>[0-9]{1,9}):(?P<column>[0-9]{1,9}): "
     r"(?P<severity>fatal error|error|warning|note): (?P<message>.*)$",
     re.MULTILINE,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -124,7 +125,31 @@ def evaluate_candidate(
     if problems:
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace() as workspace:
-        return run_in(workspace, operator, source, build.path, options, verdict)
+        try:
+            verdict = run_in(workspace, operator, source, build.path, options, verdict)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            raise EvaluationError(no_space(workspace.root)) from None
+        # A full work dir breaks runs in ways that look like the candidate's fault (a
+        # SIGBUS on a mapped output, a truncated array): no verdict is given then.
+        if work_dir_full(workspace.root):
+            raise EvaluationError(no_space(workspace.root))
+        return verdict
+
+
+FULL_BELOW_BYTES = 64 * 1024
+
+
+def work_dir_full(root: Path) -> bool:
+    return shutil.disk_usage(root).free < FULL_BELOW_BYTES
+
+
+def no_space(root: Path) -> str:
+    usage = shutil.disk_usage(root)
+    return (f"the work dir {root.parent} is full ({usage.free // 1024} KiB free of "
+            f"{usage.total // 1024} KiB): No space left on device. Free space there or set "
+            "KOPE_EVAL_WORK_DIR to a bigger disk; the candidate was not judged")  # fmt: skip
 
 
 def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, shared_object: Path,

@@ -38,6 +38,7 @@ class Evaluation(models.Model):
     options_key = models.CharField(max_length=64)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)  # the worker on the latest attempt
     verdict = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(

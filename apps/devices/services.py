@@ -15,7 +15,7 @@ from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.devices.evaluator import TARGET, EvalSettings, EvaluationError, OperatorUnderTest
 from apps.devices.models import Evaluation, KernelSource, Profile
-from apps.devices.targets import target_get
+from apps.devices.targets import TARGETS, target_get
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
 
@@ -23,11 +23,16 @@ MAX_SOURCE_BYTES = 1_000_000
 
 
 def kernel_source_store(text: str) -> KernelSource:
-    if len(text.encode()) > MAX_SOURCE_BYTES:
-        raise DomainError(
-            f"the kernel is {len(text.encode())} bytes; the limit is {MAX_SOURCE_BYTES}"
-        )
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError as error:  # a lone surrogate, as JSON's \ud800 gives
+        reason = f"the kernel is not valid Unicode text (character {error.start})"
+        raise DomainError(reason) from None
+    if len(encoded) > MAX_SOURCE_BYTES:
+        raise DomainError(f"the kernel is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
+    if b"\x00" in encoded:
+        raise DomainError(f"the kernel holds a NUL character (byte {encoded.index(0)})")
+    digest = hashlib.sha256(encoded).hexdigest()
     source, _ = KernelSource.objects.get_or_create(sha256=digest, defaults={"text": text})
     return source
 
@@ -79,8 +84,9 @@ def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
     )  # fmt: skip
 
 
-def claim_attempt(evaluation_id: int, max_attempts: int) -> Evaluation | None:
-    """Count this attempt; None when the evaluation is finished or has used up its attempts."""
+def claim_attempt(evaluation_id: int, max_attempts: int, worker: str = "") -> Evaluation | None:
+    """Count this attempt and name its worker; None when the evaluation is finished or has
+    used up its attempts."""
     with transaction.atomic():
         evaluation = Evaluation.objects.select_for_update().get(pk=evaluation_id)
         if evaluation.status in (Evaluation.Status.DONE, Evaluation.Status.FAILED):
@@ -90,14 +96,15 @@ def claim_attempt(evaluation_id: int, max_attempts: int) -> Evaluation | None:
                             "worker stopped during each (killed, or out of memory)")  # fmt: skip
             return None
         Evaluation.objects.filter(pk=evaluation.pk).update(
-            attempts=F("attempts") + 1, status=Evaluation.Status.RUNNING, started_at=timezone.now()
-        )
+            attempts=F("attempts") + 1, status=Evaluation.Status.RUNNING,
+            started_at=timezone.now(), worker=worker[:200],
+        )  # fmt: skip
     evaluation.refresh_from_db()
     return evaluation
 
 
-def evaluation_execute(evaluation_id: int, *, max_attempts: int) -> Evaluation:
-    evaluation = claim_attempt(evaluation_id, max_attempts)
+def evaluation_execute(evaluation_id: int, *, max_attempts: int, worker: str = "") -> Evaluation:
+    evaluation = claim_attempt(evaluation_id, max_attempts, worker)
     if evaluation is None:
         return Evaluation.objects.get(pk=evaluation_id)
     stored = evaluation.options
@@ -108,6 +115,14 @@ def evaluation_execute(evaluation_id: int, *, max_attempts: int) -> Evaluation:
     except EvaluationError as error:
         return evaluation_fail(evaluation, str(error))
     return evaluation_record(evaluation, verdict)
+
+
+def orphaned_evaluations(queue: str, live_workers: set[str]) -> list[int]:
+    """Evaluations for `queue` that a worker claimed and that no live worker holds: their
+    worker died (SIGKILL, a lost host) and took the queue message with it."""
+    targets = [name for name, target in TARGETS.items() if target.queue == queue]
+    running = Evaluation.objects.filter(status=Evaluation.Status.RUNNING, target__in=targets)
+    return [pk for pk, worker in running.values_list("pk", "worker") if worker not in live_workers]
 
 
 def json_safe(value: Any) -> Any:
@@ -122,8 +137,21 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def still_its_attempt(evaluation: Evaluation) -> bool:
+    """Lock the row; True while this attempt is the latest one and unfinished. A worker that
+    was taken for dead and then finished anyway must not write over the next attempt."""
+    current = Evaluation.objects.select_for_update().filter(pk=evaluation.pk).first()
+    return (
+        current is not None
+        and current.status == Evaluation.Status.RUNNING
+        and current.attempts == evaluation.attempts
+    )
+
+
 @transaction.atomic
 def evaluation_record(evaluation: Evaluation, verdict: dict[str, Any]) -> Evaluation:
+    if evaluation.status == Evaluation.Status.RUNNING and not still_its_attempt(evaluation):
+        return Evaluation.objects.get(pk=evaluation.pk)
     verdict = json_safe(verdict)
     profiled = verdict.get("profiled")
     if profiled and profiled.get("ok"):
@@ -138,7 +166,10 @@ def evaluation_record(evaluation: Evaluation, verdict: dict[str, Any]) -> Evalua
     return evaluation
 
 
+@transaction.atomic
 def evaluation_fail(evaluation: Evaluation, reason: str) -> Evaluation:
+    if evaluation.status == Evaluation.Status.RUNNING and not still_its_attempt(evaluation):
+        return Evaluation.objects.get(pk=evaluation.pk)
     evaluation.status, evaluation.error = Evaluation.Status.FAILED, reason
     evaluation.finished_at = timezone.now()
     evaluation.save(update_fields=["status", "error", "finished_at"])

@@ -4,9 +4,14 @@ import socket
 from typing import Any
 
 from celery import Task, shared_task
+from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.events import EventKind, WorkerAlive, publish, team_group
+from kope_web.celery import app
+
+ORPHAN_PING_TIMEOUT_S = 1.0
 
 
 @shared_task(bind=True, acks_late=False, ignore_result=True)
@@ -23,13 +28,46 @@ def report_alive(self: Task[Any, Any], team_id: int, check_id: str) -> None:
 
 
 @shared_task(
-    name="devices.evaluate", acks_late=True, reject_on_worker_lost=True, ignore_result=True
-)
-def evaluate(evaluation_id: int) -> None:
-    """Evaluate one candidate. A worker killed mid-way leaves the message unacknowledged, so
-    another worker takes it; the attempt counter in the database stops it looping forever."""
+    name="devices.evaluate", bind=True, acks_late=True, reject_on_worker_lost=True,
+    ignore_result=True, autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
+    retry_backoff_max=60, retry_jitter=True, max_retries=10,
+)  # fmt: skip
+def evaluate(self: Task[Any, Any], evaluation_id: int) -> None:
+    """Evaluate one candidate. A worker killed mid-way takes its message with it; the next
+    device worker to start queues the evaluation again (`resume_orphaned_evaluations`), and
+    the attempt counter in the database stops it looping forever. A database that cannot be
+    reached is waited for (retries with backoff, about 10 min in all): the evaluation runs
+    again once it is back, so no verdict is lost."""
     from django.conf import settings
 
     from apps.devices.services import evaluation_execute
 
-    evaluation_execute(evaluation_id, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)
+    evaluation_execute(evaluation_id, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS,
+                       worker=self.request.hostname or "")  # fmt: skip
+
+
+@shared_task(name="devices.resume_orphaned_evaluations", bind=True, ignore_result=True)
+def resume_orphaned_evaluations(self: Task[Any, Any], queue: str) -> list[int]:
+    """Queue again the evaluations of `queue` whose worker is gone (it no longer answers a
+    ping); a live worker's evaluation is left alone."""
+    from apps.devices.services import orphaned_evaluations
+
+    if not orphaned_evaluations(queue, live_workers=set()):
+        return []  # nothing running at all: no need to ask who is alive (the usual start)
+    replies = app.control.ping(timeout=ORPHAN_PING_TIMEOUT_S) or []
+    live = {name for reply in replies for name in reply}
+    live.add(self.request.hostname or "")
+    orphans = orphaned_evaluations(queue, live)
+    for evaluation_id in orphans:
+        evaluate.apply_async(args=(evaluation_id,), queue=queue)
+    return orphans
+
+
+@worker_ready.connect
+def resume_evaluations_after_start(sender: Any = None, **_: Any) -> None:
+    """A device worker that starts (or restarts after a crash) looks for evaluations whose
+    worker died, on each device queue it consumes."""
+    queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
+    for queue in queues:
+        if queue.startswith("device."):
+            resume_orphaned_evaluations.apply_async(args=(queue,), queue=queue)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ class WorkerInfo:
     name: str
     queues: list[str] = field(default_factory=list)
     active_tasks: int = 0
+    running: list[str] = field(default_factory=list)  # "runs.advance for 12 s", oldest first
 
 
 def known_queues() -> list[str]:
@@ -37,9 +39,19 @@ def workers_online() -> list[WorkerInfo]:
             name=name,
             queues=sorted(q["name"] for q in worker_queues),
             active_tasks=len(active.get(name, [])),
+            running=running_tasks(active.get(name, [])),
         )
         for name, worker_queues in sorted(queues.items())
     ]
+
+
+def running_tasks(active: list[dict[str, Any]], now: float | None = None) -> list[str]:
+    """What a worker is doing, by task name and age; arguments are left out, since a worker
+    serves every team and its task arguments name other teams' rows."""
+    now = time.time() if now is None else now
+    tasks = sorted(active, key=lambda task: task.get("time_start") or now)
+    return [f"{task.get('name', '?')} for {max(0, now - (task.get('time_start') or now)):.0f} s"
+            for task in tasks]  # fmt: skip
 
 
 def worker_check_start(*, team: Team) -> str:

@@ -16,6 +16,9 @@ from apps.accounts.selectors import membership_for
 from apps.core.errors import NotFound
 from apps.memory.models import Rule, RuleVersion
 from apps.memory.rules import (
+    MAX_COMMENT_CHARS,
+    MAX_CONDITION_CHARS,
+    MAX_STATEMENT_CHARS,
     Wording,
     rule_approve,
     rule_edit,
@@ -62,22 +65,22 @@ class RuleOut(Schema):
 
 class ApproveIn(Schema):
     version: int = Field(..., ge=1)
-    comment: str = Field("", max_length=2000)
+    comment: str = Field("", max_length=MAX_COMMENT_CHARS)
 
 
 class VetoIn(Schema):
-    reason: str = Field(..., min_length=1, max_length=2000)
+    reason: str = Field(..., min_length=1, max_length=MAX_COMMENT_CHARS)
 
 
 class CommentIn(Schema):
-    comment: str = Field("", max_length=2000)
+    comment: str = Field("", max_length=MAX_COMMENT_CHARS)
 
 
 class EditIn(Schema):
-    statement: str = Field(..., min_length=1, max_length=4000)
-    applies_when: str = Field(..., min_length=1, max_length=2000)
-    not_when: str = Field("", max_length=2000)
-    comment: str = Field("", max_length=2000)
+    statement: str = Field(..., min_length=1, max_length=MAX_STATEMENT_CHARS)
+    applies_when: str = Field(..., min_length=1, max_length=MAX_CONDITION_CHARS)
+    not_when: str = Field("", max_length=MAX_CONDITION_CHARS)
+    comment: str = Field("", max_length=MAX_COMMENT_CHARS)
 
 
 def version_out(version: RuleVersion) -> dict[str, Any]:

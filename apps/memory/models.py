@@ -219,3 +219,28 @@ class RuleTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.from_status or '-'} -> {self.to_status}"
+
+
+class HotMemoryChange(models.Model):
+    """A rule entering or leaving hot memory, and why: written each time the resident set is
+    rebuilt (after a rule decision or a consolidation) and differs from the one before."""
+
+    class Change(models.TextChoices):
+        ENTERED = "entered"
+        EVICTED = "evicted"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="hot_changes")
+    change = models.CharField(max_length=10, choices=Change.choices)
+    reason = models.TextField()  # "displaced: priority 0.0012 < 0.0031 of rule 9 under ..."
+    cause = models.CharField(max_length=200, blank=True)  # what rebuilt it: "rule 9 approved"
+    priority = models.FloatField(null=True, blank=True)  # V x frequency / tokens at the time
+    tokens = models.PositiveIntegerField(null=True, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["team", "rule", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} {self.change}"

@@ -3,7 +3,8 @@
 Retrieval runs in three steps (KOPE's graph-aware retrieval, ranked the SAGE way):
 
 1. exact filters in SQL: the team's own items plus shared (team-less) ones, the target, and
-   the family, dtype, shape class and correctness when the query gives them;
+   the family, dtype, shape class and correctness when the query gives them; rules only
+   while a reviewer's approval stands;
 2. semantic nearest neighbours by cosine distance over the HNSW index, a pool of
    POOL_FACTOR x limit candidates;
 3. a re-rank in Python, relevance first, outcome evidence second. Hits sort by the key
@@ -33,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet, Value
+from django.db.models import CharField, F, Q, QuerySet, Value
+from django.db.models.functions import Cast, Concat
 from pgvector.django import CosineDistance
 
 from apps.memory.embeddings import MODEL_NAME, embed_one, model_version
-from apps.memory.models import Case, MemoryVector
+from apps.memory.models import Case, MemoryVector, Rule
 from apps.operators.models import OperatorCase, OperatorVersion
 
 # Total input elements of the timing case, upper bounds (exclusive) of each shape class.
@@ -361,9 +363,22 @@ def filtered_items(query: Query) -> QuerySet[MemoryVector]:
         "correct": query.correct,
     }
     items = items.filter(**{field: value for field, value in exact.items() if value is not None})
+    if "rule" in query.kinds:
+        items = items.exclude(Q(kind="rule") & ~Q(key__in=approved_rule_keys()))
     if query.exclude_session_id is not None:
         items = items.exclude(session_id=query.exclude_session_id)
     return items
+
+
+def approved_rule_keys() -> QuerySet[Any]:
+    """The keys of approved rules, as a subquery: a pending, vetoed or retired rule is in the
+    knowledge base but never in an agent's context (only a reviewer's approval puts it there)."""
+    keys: QuerySet[Any] = (
+        Rule.objects.filter(status=Rule.Status.APPROVED)
+        .annotate(vector_key=Concat(Value("rule:"), Cast("pk", output_field=CharField())))
+        .values("vector_key")
+    )
+    return keys
 
 
 def ranked(rows: list[dict[str, Any]]) -> list[Hit]:

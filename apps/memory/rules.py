@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import Max
@@ -21,10 +20,15 @@ from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import Conflict, DomainError
 from apps.core.tokens import count_tokens
-from apps.memory.learning import Resident, choose_hot_memory
-from apps.memory.models import MemoryVector, Rule, RuleTransition, RuleVersion
+from apps.memory.hot import hot_memory_refresh, hot_memory_standings
+from apps.memory.models import Rule, RuleTransition, RuleVersion
+from apps.memory.tasks import embed_rule_after_commit
 
 RESERVATION = timedelta(minutes=5)
+# What a reviewer may write (pages and the API alike; the API's schemas state the same).
+MAX_STATEMENT_CHARS = 4000
+MAX_CONDITION_CHARS = 2000
+MAX_COMMENT_CHARS = 2000
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -38,6 +42,19 @@ class Wording:
     def check(self) -> None:
         if not self.statement.strip() or not self.applies_when.strip():
             raise DomainError("a rule needs a statement and the conditions it applies under")
+        if "\x00" in self.statement + self.applies_when + self.not_when:
+            raise DomainError("a rule's wording cannot hold a NUL character")
+
+    def check_edit(self) -> None:
+        """A reviewer's wording also keeps within the stated lengths."""
+        self.check()
+        for name, text, limit in (("statement", self.statement, MAX_STATEMENT_CHARS),
+                                  ("applies when", self.applies_when, MAX_CONDITION_CHARS),
+                                  ("not when", self.not_when, MAX_CONDITION_CHARS)):  # fmt: skip
+            if len(text.strip()) > limit:
+                raise DomainError(
+                    f"the {name} text is {len(text.strip())} characters; the limit is {limit}"
+                )
 
     def as_text(self) -> str:
         parts = [self.statement.strip(), f"Applies when: {self.applies_when.strip()}"]
@@ -53,6 +70,10 @@ def require_reviewer(user: AnyUser, team: Team) -> None:
 
 def _transition(rule: Rule, to_status: str, *, actor: Any, version: RuleVersion | None,
                 comment: str = "") -> None:  # fmt: skip
+    if len(comment) > MAX_COMMENT_CHARS or "\x00" in comment:
+        raise DomainError(
+            f"a comment is at most {MAX_COMMENT_CHARS} characters, without NUL characters"
+        )
     RuleTransition.objects.create(rule=rule, version=version, from_status=rule.status,
                                   to_status=to_status, actor=actor, comment=comment)  # fmt: skip
     rule.status = to_status
@@ -83,6 +104,7 @@ def rule_propose(
     _transition(rule, Rule.Status.PENDING, actor=None, version=version,
                 comment="proposed by consolidation")  # fmt: skip
     rule.save(update_fields=["status"])
+    embed_rule_after_commit(rule.pk)
     return rule
 
 
@@ -117,6 +139,7 @@ def rule_approve(*, rule: Rule, user: AnyUser, version_number: int, comment: str
     locked.approved_version = version
     locked.reserved_by, locked.reserved_until = None, None
     locked.save(update_fields=["status", "approved_version", "reserved_by", "reserved_until"])
+    decided(locked, f"rule {locked.pk} v{version.number} approved by {user}")
     return locked
 
 
@@ -132,6 +155,7 @@ def rule_veto(*, rule: Rule, user: AnyUser, reason: str) -> Rule:
     locked.approved_version = None
     locked.reserved_by, locked.reserved_until = None, None
     locked.save(update_fields=["status", "approved_version", "reserved_by", "reserved_until"])
+    decided(locked, f"rule {locked.pk} vetoed by {user}")
     return locked
 
 
@@ -141,10 +165,12 @@ def rule_edit(*, rule: Rule, user: AnyUser, wording: Wording, comment: str = "")
     locked = _locked(rule, user)
     if locked.status == Rule.Status.VETOED:
         raise Conflict("a vetoed rule cannot be edited back into review")
+    wording.check_edit()
     latest = locked.versions.order_by("-number").first()
     version = _new_version(locked, wording, latest.evidence if latest else {}, user)
     _transition(locked, Rule.Status.PENDING, actor=user, version=version, comment=comment)
     locked.save(update_fields=["status"])
+    decided(locked, f"rule {locked.pk} edited to v{version.number} by {user}")
     return version
 
 
@@ -153,23 +179,19 @@ def rule_retire(*, rule: Rule, user: AnyUser, comment: str = "") -> Rule:
     locked = _locked(rule, user)
     _transition(locked, Rule.Status.RETIRED, actor=user, version=None, comment=comment)
     locked.save(update_fields=["status"])
+    decided(locked, f"rule {locked.pk} retired by {user}")
     return locked
+
+
+def decided(rule: Rule, cause: str) -> None:
+    """After a decision: the rule's searchable wording and the hot memory it may enter or
+    leave follow it."""
+    embed_rule_after_commit(rule.pk)
+    hot_memory_refresh(team=rule.team, cause=cause)
 
 
 def hot_memory(team: Team, *, budget_tokens: int | None = None) -> list[RuleVersion]:
     """Rebuilt from empty: approved rules by V x frequency / tokens, greedily under the budget.
     Only approved versions take part, so a vetoed or pending rule never enters."""
-    budget = settings.KOPE_HOT_MEMORY_TOKENS if budget_tokens is None else budget_tokens
-    approved = Rule.objects.filter(team=team, status=Rule.Status.APPROVED)
-    versions = {
-        f"rule:{r.pk}": (r, r.approved_version)
-        for r in approved.select_related("approved_version")
-        if r.approved_version is not None
-    }
-    sources = [rule.source_key for rule, _ in versions.values()]
-    values = dict(MemoryVector.objects.filter(key__in=sources).values_list("key", "value"))
-    residents = [
-        Resident(key, values.get(rule.source_key, 0.0), rule.frequency, version.tokens)
-        for key, (rule, version) in versions.items()
-    ]
-    return [versions[r.key][1] for r in choose_hot_memory(residents, budget)]
+    standings = hot_memory_standings(team, budget_tokens=budget_tokens)
+    return [s.version for s in standings if s.resident]

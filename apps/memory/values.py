@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from apps.accounts.models import Team
+from apps.memory.hot import hot_memory_refresh
 from apps.memory.journal import journal_append
 from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
@@ -113,7 +114,7 @@ def summarizer(item: MemoryVector, evidence: dict[str, Any]) -> tuple[Wording, s
 
 
 def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer) -> list[Rule]:
-    """UGC: propose a rule for each experience that earned one."""
+    """UGC: propose a rule for each experience that earned one, then rebuild hot memory."""
     if mode != MemoryMode.READ_WRITE:
         return []
     proposed = []
@@ -125,6 +126,9 @@ def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer
             wording, how = distill(item, evidence)
             proposed.append(rule_propose(team=team, source_key=item.key, wording=wording,
                                          evidence={**evidence, "distilled_by": how}))  # fmt: skip
+    # The stage's credit and frequencies just moved priorities: rebuild hot memory and record
+    # what entered or left.
+    hot_memory_refresh(team=team, cause="consolidation after a scored stage")
     return proposed
 
 

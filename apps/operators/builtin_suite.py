@@ -1,4 +1,8 @@
-"""The built-in CPU suite: one folder per operator under apps/operators/builtin/."""
+"""The built-in suite: one folder per operator under apps/operators/builtin/.
+
+Each folder holds the cpu-c starting kernel (naive.c) and, for the level-1 operators, a Triton
+one (naive_triton.py) for the triton target.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from apps.operators.spec import OperatorSpec, SpecError, parse_operator_toml
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 BUILTIN_SUITE_SLUG = "cpu-builtin"
 BUILTIN_TARGET = "cpu-c"
+TRITON_TARGET = "triton"
+TRITON_KERNEL = "naive_triton.py"
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,7 @@ class OperatorFolder:
     spec: OperatorSpec
     reference_source: str
     naive_source: str
+    triton_source: str = ""  # naive_triton.py, where the folder has one
 
 
 def read_operator_folder(folder: Path) -> OperatorFolder:
@@ -30,7 +37,8 @@ def read_operator_folder(folder: Path) -> OperatorFolder:
         raise SpecError(f"{folder.name}: cannot read {Path(str(error.filename)).name}") from None
     if spec.slug != folder.name:
         raise SpecError(f"{where}: slug {spec.slug!r} differs from the folder name")
-    return OperatorFolder(spec, reference, naive)
+    triton = folder / TRITON_KERNEL
+    return OperatorFolder(spec, reference, naive, triton.read_text() if triton.exists() else "")
 
 
 def builtin_folders() -> list[Path]:
@@ -50,5 +58,12 @@ def builtin_definition(folder: OperatorFolder) -> OperatorDefinition:
         reference_source={"reference": folder.reference_source},
         origin="builtin",
         origin_path=f"apps/operators/builtin/{folder.spec.slug}",
-        starting_kernels={BUILTIN_TARGET: folder.naive_source},
+        starting_kernels=starting_kernels(folder),
     )
+
+
+def starting_kernels(folder: OperatorFolder) -> dict[str, str]:
+    kernels = {BUILTIN_TARGET: folder.naive_source}
+    if folder.triton_source:
+        kernels[TRITON_TARGET] = folder.triton_source
+    return kernels

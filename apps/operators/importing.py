@@ -60,15 +60,20 @@ def detect_format(root: Path) -> str:
 
 
 def checked_folder(path: str, *, restrict: bool) -> Path:
-    """The folder to import, resolved; under KOPE_IMPORT_ROOTS when `restrict`."""
-    root = Path(path).expanduser().resolve()
-    if not root.is_dir():
-        raise ImportRequestError(f"{path} is not a folder on this server")
-    if restrict and not any(root.is_relative_to(r) for r in settings.KOPE_IMPORT_ROOTS):
-        allowed = ", ".join(str(r) for r in settings.KOPE_IMPORT_ROOTS)
-        raise ImportRequestError(
-            f"{path} is outside the import roots ({allowed}; KOPE_IMPORT_ROOTS)"
-        )
+    """The folder to import, resolved; under KOPE_IMPORT_ROOTS when `restrict` (checked
+    first, so a refused path tells nothing about what exists outside the roots)."""
+    try:
+        root = Path(path).expanduser().resolve()
+        if restrict and not any(root.is_relative_to(r) for r in settings.KOPE_IMPORT_ROOTS):
+            allowed = ", ".join(str(r) for r in settings.KOPE_IMPORT_ROOTS)
+            raise ImportRequestError(
+                f"{path[:200]} is outside the import roots ({allowed}; KOPE_IMPORT_ROOTS)"
+            )
+        if not root.is_dir():
+            raise ImportRequestError(f"{path[:200]} is not a folder on this server")
+    except (OSError, ValueError) as error:  # a name too long, a NUL byte
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ImportRequestError(f"{path[:200]!r} is not a usable path: {reason}") from None
     return root
 
 

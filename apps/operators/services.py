@@ -33,7 +33,7 @@ from apps.operators.spec import (
     spec_from_json,
     validate,
 )
-from apps.operators.targets import unsupported_targets
+from apps.operators.targets import TARGET_DTYPES, unsupported_targets
 
 
 class ImportProblem(DomainError):
@@ -288,6 +288,23 @@ def definition_of(version: OperatorVersion) -> OperatorDefinition:
     )
 
 
+MAX_STARTING_KERNEL_CHARS = 200_000  # as a session's uploaded starting kernel
+
+
+def _check_edit_texts(texts: dict[str, str | None]) -> None:
+    """Starting kernels (keyed by target), name and description as PostgreSQL stores them."""
+    for key, text in texts.items():
+        if key not in ("name", "description") and key not in TARGET_DTYPES:
+            raise DomainError(f"no target {key[:40]!r} (targets: {', '.join(TARGET_DTYPES)})")
+        if text is None:
+            continue
+        if "\x00" in text or not text.encode(errors="ignore").decode() == text:
+            raise DomainError(f"the {key} holds a NUL character or is not valid Unicode text")
+        if key in TARGET_DTYPES and len(text) > MAX_STARTING_KERNEL_CHARS:
+            raise DomainError(f"the {key} starting kernel is {len(text)} characters; the limit "
+                              f"is {MAX_STARTING_KERNEL_CHARS}")  # fmt: skip
+
+
 def version_edit(
     *,
     version: OperatorVersion,
@@ -305,6 +322,7 @@ def version_edit(
     latest = version.operator.versions.order_by("-number").first()
     if latest is not None and latest.pk != version.pk:
         raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
+    _check_edit_texts({"name": name, "description": description, **(starting_kernels or {})})
     definition = definition_of(version)
     spec = replace(
         definition.spec,

@@ -6,6 +6,7 @@ A built-in operator is a folder with `operator.toml` (this spec), `reference.py`
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -88,9 +89,11 @@ def parse_operator_toml(text: str, *, where: str) -> OperatorSpec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"{where}: not valid TOML: {error}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: not valid TOML: nested too deeply") from None
     try:
         spec = spec_from_dict(raw)
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
         raise SpecError(f"{where}: {_describe(error)}") from None
     validate(spec, where=where)
     return spec
@@ -154,8 +157,8 @@ def _header_problems(spec: OperatorSpec) -> list[str]:
         problems.append(f"level {spec.level} is not 1, 2 or 3")
     if not spec.outputs:
         problems.append("an operator needs at least one output")
-    if spec.max_abs <= 0 or spec.max_rel <= 0:
-        problems.append("tolerances must be positive")
+    if not (0 < spec.max_abs < math.inf and 0 < spec.max_rel < math.inf):  # nan fails too
+        problems.append("tolerances must be positive and finite")
     for attribute in spec.attributes:
         if attribute.type not in ATTRIBUTE_TYPES:
             problems.append(f"attribute {attribute.name!r} has unknown type {attribute.type!r}")

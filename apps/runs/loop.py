@@ -39,6 +39,7 @@ from apps.agents.policy import (
     Proposal,
     Situation,
     Tools,
+    bounded_candidate,
 )
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, KernelSource
@@ -316,13 +317,12 @@ class Iteration:
         if proposal.candidate is None:
             self.finish_operator(f"the policy stopped: {proposal.rationale}")
             return None
+        candidate = bounded_candidate(proposal.candidate)
         retrieved = [h.key for h in situation.retrieved] + [r["key"] for r in situation.hot_rules]
         retrieved += [key for key in proposal.retrieved if key not in set(retrieved)]
         adopted = [a for a in proposal.adopted if a.get("key") in set(retrieved)]
-        self.propose_event(
-            proposal.candidate, Proposal(proposal.candidate, adopted, proposal.rationale), retrieved
-        )  # fmt: skip
-        return proposal.candidate, adopted, retrieved
+        self.propose_event(candidate, Proposal(candidate, adopted, proposal.rationale), retrieved)
+        return candidate, adopted, retrieved
 
     def starting_candidate(self) -> Candidate | None:
         if self.entry.start_source_sha256:

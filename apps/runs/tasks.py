@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from apps.runs.models import OptimizationSession
 
@@ -15,9 +15,11 @@ logger = logging.getLogger(__name__)
 
 
 # No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue.
+# A database that cannot be reached is waited for: retries with backoff, about 10 min in all.
 @shared_task(name="runs.advance", acks_late=True, reject_on_worker_lost=True,
-             ignore_result=True, autoretry_for=(OperationalError,), retry_backoff=True,
-             max_retries=5)  # fmt: skip
+             ignore_result=True, autoretry_for=(OperationalError, InterfaceError),
+             retry_backoff=2, retry_backoff_max=60, retry_jitter=True,
+             max_retries=10)  # fmt: skip
 def advance_session(session_id: int, ticket: int) -> None:
     """One iteration, then the next as a new task: a worker holds a session only while it
     works on one iteration, so others (and a restarted worker) can take it up."""
@@ -30,7 +32,7 @@ def advance_session(session_id: int, ticket: int) -> None:
         return  # a newer message for this session is queued: this one is stale
     try:
         more = advance(session_id, evaluate=evaluate_on_worker, policy_for=policy_for)
-    except OperationalError:
+    except (OperationalError, InterfaceError):
         raise  # the database went away for a moment: retried with backoff
     except Exception as error:  # whatever it was, the session must not stay "running" unseen
         logger.exception("session %s: the loop failed", session_id)
@@ -73,3 +75,14 @@ def resume_orphaned() -> int:
 @worker_ready.connect
 def resume_after_start(**_: Any) -> None:
     resume_orphaned.delay()
+
+
+@shared_task(name="runs.embed_cold_start_documents", acks_late=True, ignore_result=True,
+             autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+             soft_time_limit=300, time_limit=330)  # fmt: skip
+def embed_cold_start_documents() -> None:
+    """Put the targets' cold-start documents in the knowledge base (queued by `bootstrap`).
+    Safe to run twice: keyed by document, and one whose text is unchanged is left alone."""
+    from apps.agents.coldstart.vectors import cold_start_vectors_store
+
+    cold_start_vectors_store()

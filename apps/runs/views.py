@@ -18,6 +18,7 @@ from apps.core.errors import DomainError
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 from apps.runs.config import Measurement, SessionConfig
+from apps.runs.estimate import duration_text, recent_seconds_per_evaluation, run_estimate
 from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
 from apps.runs.models import OptimizationSession
@@ -52,8 +53,33 @@ def launch_form(membership: Membership, data: Any = None) -> LaunchForm:
     return LaunchForm(data, operators=operators, suites=suites)
 
 
+def launch_estimate(membership: Membership, data: Any) -> dict[str, Any]:
+    """The run's size for the form's current values (its initial ones before any change);
+    a value that is not valid yet counts as its default."""
+    form = launch_form(membership, data)
+    form.is_valid()
+    values = {**{name: field.initial for name, field in form.fields.items()},
+              **getattr(form, "cleaned_data", {})}  # fmt: skip
+    known = {slug for slug, _ in form.fields["operators"].choices}  # type: ignore[attr-defined]
+    operators = len(set(data.getlist("operators")) & known) if data else 0
+    if values.get("suite"):
+        operators = selectors.suite_get(membership.team, values["suite"]).entries.count()
+    budgets = default_budgets()
+    estimate = run_estimate(
+        operators=operators, rounds=values.get("rounds") or budgets.rounds,
+        policy=values.get("policy") or "offline", context_tokens=budgets.context_tokens,
+        token_budget=budgets.tokens,
+        seconds_per_evaluation=recent_seconds_per_evaluation(membership.team),
+    )  # fmt: skip
+    return {"estimate": estimate, "per_evaluation": duration_text(estimate.seconds_per_evaluation),
+            "device_time": duration_text(estimate.device_seconds)}  # fmt: skip
+
+
 @team_view(Permission.RUN)
 def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse:
+    if request.GET.get("part") == "estimate":  # the form asks again on every change
+        context = launch_estimate(membership, request.GET)
+        return render(request, "runs/session_launch.html#estimate", context)
     form = launch_form(membership, request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -69,7 +95,9 @@ def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse
             form.add_error(None, str(error))
         else:
             return redirect("session", team=membership.team.slug, session_id=session.pk)
-    return render(request, "runs/session_launch.html", {"section": "sessions", "form": form})
+    estimate = launch_estimate(membership, request.POST if request.method == "POST" else None)
+    context = {"section": "sessions", "form": form, **estimate}
+    return render(request, "runs/session_launch.html", context)
 
 
 def team_session(membership: Membership, session_id: int) -> OptimizationSession:
@@ -82,19 +110,90 @@ def team_session(membership: Membership, session_id: int) -> OptimizationSession
 @team_view()
 def session_detail(request: HttpRequest, membership: Membership, session_id: int) -> HttpResponse:
     session = team_session(membership, session_id)
-    if request.GET.get("part") == "operators":  # the live page refreshes this part
+    config = SessionConfig.from_json(session.config)
+    part = request.GET.get("part")
+    if part == "operators":  # the live page refreshes these parts
         context = {"session": session, "operators": operator_rows(session)}
         return render(request, "runs/session_detail.html#operators", context)
+    if part == "context":
+        return render(request, "runs/session_detail.html#context", context_composition(session))
     events = list(JournalEvent.objects.filter(session=session).order_by("-seq")[:LOG_EVENTS])[::-1]
+    chart = latency_chart(session, config, request.GET.get("operator", ""))
     context = {
-        "section": "sessions", "session": session,
-        "config": SessionConfig.from_json(session.config),
+        "section": "sessions", "session": session, "config": config,
         "operators": operator_rows(session), "can_run": membership.allows(Permission.RUN),
         "events": [(e, event_summary(e.kind, e.payload)) for e in events],
         "last_seq": events[-1].seq if events else 0,
         "first_shown": events[0].seq if events else 0,
+        "chart": chart, "chart_rows": chart["attempts"].get(chart["operator"], []),
+        "token_budget": config.budgets.tokens * len(config.operators),
+        **context_composition(session),
     }  # fmt: skip
     return render(request, "runs/session_detail.html", context)
+
+
+def latency_chart(
+    session: OptimizationSession, config: SessionConfig, chosen: str
+) -> dict[str, Any]:
+    """Every attempt per operator (iteration, latency, outcome), for the latency chart; the
+    chosen operator is the one in the URL, else the latest one with attempts."""
+    slugs = {entry.version_id: entry.slug for entry in config.operators}
+    attempts: dict[str, list[dict[str, Any]]] = {entry.slug: [] for entry in config.operators}
+    rows = (
+        Case.objects.filter(session=session)
+        .order_by("iteration", "pk")
+        .values("pk", "iteration", "version_id", "outcome", "correct", "latency_ms", "strategy")
+    )
+    latest = ""
+    for row in rows:
+        slug = slugs.get(row["version_id"])
+        if slug is None:
+            continue
+        attempts[slug].append(
+            {
+                "case": row["pk"],
+                "iteration": row["iteration"],
+                "outcome": row["outcome"],
+                "correct": row["correct"],
+                "latency_ms": row["latency_ms"],
+                "strategy": row["strategy"],
+            }
+        )
+        latest = slug
+    operator = chosen if chosen in attempts else latest or next(iter(attempts), "")
+    return {"operator": operator, "versions": {str(k): v for k, v in slugs.items()},
+            "attempts": attempts}  # fmt: skip
+
+
+def context_composition(session: OptimizationSession) -> dict[str, Any]:
+    """The latest iteration's assembled context: tokens per tier, and each retrieved item with
+    whether the policy adopted it and why."""
+    journal = JournalEvent.objects.filter(session=session)
+    assembled = journal.filter(kind="context_assembled").order_by("-seq").first()
+    if assembled is None:
+        return {"composition": None}
+    payload = assembled.payload
+    proposed = journal.filter(
+        kind="candidate_proposed", payload__operator=payload["operator"],
+        payload__iteration=payload["iteration"],
+    ).first()  # fmt: skip
+    adopted = proposed.payload.get("adopted", []) if proposed else []
+    why = {a["key"]: a.get("why", "") for a in adopted}
+    items = [{**item, "adopted": item["key"] in why, "why": why.get(item["key"], "")}
+             for item in payload.get("retrieved", [])]  # fmt: skip
+    tiers = payload.get("tokens_per_tier", {})
+    return {"composition": {
+        "operator": payload["operator"], "iteration": payload["iteration"],
+        "tokens": payload["tokens"], "budget": payload["budget"],
+        "tiers": [{"tier": tier, "tokens": n, "percent": percent(n, payload["budget"])}
+                  for tier, n in tiers.items()],
+        "items": items, "decided": proposed is not None,
+        "hot_rules": payload.get("hot_rules", []), "cut": payload.get("cut", []),
+    }}  # fmt: skip
+
+
+def percent(part: int, whole: int) -> int:
+    return round(100 * part / whole) if whole else 0
 
 
 def operator_rows(session: OptimizationSession) -> list[dict[str, Any]]:

@@ -11,10 +11,7 @@ from apps.accounts.selectors import memberships_for_user
 from apps.devices.workers import known_queues, worker_check_start, workers_online
 
 # The sections a team has; each page says what it will hold and what to do to fill it.
-SECTIONS = {
-    "knowledge": "Knowledge base",
-    "reports": "Reports",
-}
+SECTIONS: dict[str, str] = {}
 
 
 def home(request: HttpRequest) -> HttpResponse:

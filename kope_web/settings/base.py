@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "apps.memory",
     "apps.runs",
     "apps.workbench",
+    "apps.reports",
 ]
 
 MIDDLEWARE = [
@@ -94,7 +95,10 @@ DATABASES = {
         "SERVER_DATABASE": env_str("KOPE_DB_NAME", "kope"),
     }
 }
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("KOPE_DB_CONN_MAX_AGE", 60, maximum=3600)
+# 0: a connection per request. Under ASGI every thread Daphne runs database code in would keep
+# its own persistent connection (each websocket has one): 50 watchers took 87 of the embedded
+# server's 100 connections in the load test (`make load`), and pages answered 503.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("KOPE_DB_CONN_MAX_AGE", 0, maximum=3600)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -224,6 +228,10 @@ KOPE_BUILD_CACHE_DIR = DATA_DIR / "build-cache"
 KOPE_IMPORT_ROOTS = [
     Path(p).resolve() for p in env_list("KOPE_IMPORT_ROOTS", [str(DATA_DIR / "imports")])
 ]
+# The most items one API page holds (`limit` above it is lowered to it).
+NINJA_PAGINATION_MAX_LIMIT = 1000
+# A request body (form or JSON) larger than this is refused: 413 from the API.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("KOPE_MAX_REQUEST_BYTES", 2_000_000, minimum=10_000)
 KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, minimum=1024)
 KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
 

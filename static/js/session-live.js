@@ -12,6 +12,10 @@
   let holdUntil = 0;
   // Events after which the operators table (incumbents, speedups) is fetched again.
   const PROGRESS = new Set(["incumbent_replaced", "operator_finished", "session_finished"]);
+  // Events after which the context composition is fetched again.
+  const CONTEXT = new Set(["context_assembled", "candidate_proposed"]);
+  const tokensUsed = document.getElementById("tokens-used");
+  const tokensBar = document.getElementById("tokens-bar");
 
   function row(event) {
     const item = document.createElement("li");
@@ -33,10 +37,20 @@
     if (event.seq <= last) return;
     log.append(row(event));
     last = event.seq;
+    document.body.dispatchEvent(new CustomEvent("kope:event", { detail: event }));
     if (PROGRESS.has(event.kind)) document.body.dispatchEvent(new Event("kope:progress"));
+    if (CONTEXT.has(event.kind)) document.body.dispatchEvent(new Event("kope:context"));
+    if (event.kind === "model_called" && tokensUsed) addTokens(event.payload.usage || {});
     if (event.kind.startsWith("session_") && event.payload.status && status) {
       status.textContent = event.payload.status === "stopping" ? "stopping" : event.payload.status;
     }
+  }
+
+  function addTokens(usage) {
+    const spent = Object.values(usage).reduce((sum, n) => sum + Number(n || 0), 0);
+    const total = Number(tokensUsed.textContent) + spent;
+    tokensUsed.textContent = String(total);
+    if (tokensBar) tokensBar.value = total;
   }
 
   function connect() {

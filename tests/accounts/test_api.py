@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from apps.accounts.models import ApiToken
+from apps.accounts.models import ApiToken, Team
 from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create, api_token_revoke
 from tests.factories import MembershipFactory
@@ -178,3 +180,42 @@ def test_the_openapi_document_is_served_to_a_logged_in_user_and_names_every_oper
     operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
     assert {"apps_accounts_api_list_teams", "apps_devices_api_check_workers"} <= operations
     assert Client().get("/api/openapi.json").status_code == 302
+
+
+def test_an_oversized_or_deeply_nested_body_is_refused_with_a_code(
+    team: Team, client_for: Callable[[Role], Client], settings: Any
+) -> None:
+    client = client_for(Role.ADMIN)
+    url = f"/api/teams/{team.slug}/sessions"
+    nested = client.post(url, "[" * 100_000 + "]" * 100_000, content_type="application/json")
+    assert nested.status_code == 400 and nested.json()["error"]["code"] == "http_400"
+    big = '{"label": "' + "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) + '"}'
+    refused = client.post(url, big, content_type="application/json")
+    assert refused.status_code == 413
+    assert refused.json()["error"] == {
+        "code": "request_too_large",
+        "message": f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+        "(KOPE_MAX_REQUEST_BYTES).",
+        "limit": settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+    }
+
+
+def test_a_nul_character_anywhere_in_a_request_is_refused_naming_where(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    client = client_for(Role.ADMIN)
+    body = client.post("/api/tokens", {"name": "ci\u0000"}, content_type="application/json")
+    assert body.status_code == 400
+    assert body.json()["error"]["message"] == (
+        "body.name holds a NUL character, which cannot be stored"
+    )
+    nested = client.post(f"/api/teams/{team.slug}/sessions",
+                         {"operators": ["relu"], "starting_kernels": {"relu": "int\u0000x;"}},
+                         content_type="application/json")  # fmt: skip
+    assert (
+        nested.status_code == 400
+        and "body.starting_kernels.relu" in nested.json()["error"]["message"]
+    )
+    query = client.get(f"/api/teams/{team.slug}/cases?operator=relu%00")
+    assert query.status_code == 400 and "query.operator" in query.json()["error"]["message"]
+    assert not ApiToken.objects.filter(name__startswith="ci").exists()

@@ -52,6 +52,9 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         celery_worker(env, "agent", "agent@page"),
     ):
         page = chromium.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{url}/accounts/login/?next=/t/watch/sessions/new/")
         page.locator("#id_username").fill(engineer.user.username)
         page.locator("#id_password").fill("pw-for-tests")
@@ -85,5 +88,12 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         seqs = log_seqs(page)
         assert seqs == list(range(1, len(seqs) + 1)), "in order, without holes or duplicates"
         assert seqs == journal_seqs(page, url, session_id)
-        # the operators table follows without a reload
+        # the operators table, the chart and the context composition follow without a reload
         expect(page.locator("#operators")).to_contain_text("finished: round budget spent")
+        cases = page.locator('#event-log li[data-kind="case_recorded"]').count()
+        assert cases >= 3
+        expect(page.locator("#latency-chart .scatterlayer path.point")).to_have_count(cases)
+        expect(page.locator("#context")).to_contain_text("of 12000 tokens")
+        expect(page.locator("#context")).to_contain_text("cold")
+        # the dropped socket logs a console error; nothing else may
+        assert [e for e in errors if "WebSocket" not in e] == []

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
+from pytest_django import DjangoDbBlocker
 
 from apps.devices.evaluator import EvalSettings, OperatorUnderTest, evaluate_candidate
 from apps.devices.services import operator_under_test
@@ -37,9 +39,19 @@ CORRECTNESS_ONLY = EvalSettings(seeds=2, warmup=1, repeats=5, threads=1, timing=
 TIMED = EvalSettings(seeds=2, warmup=1, repeats=5, threads=1, timing=True)
 
 
-@pytest.fixture
-def gemm(db: None) -> OperatorUnderTest:
-    return operator_under_test(stored_builtin("gemm"))
+@pytest.fixture(scope="module")
+def gemm(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> OperatorUnderTest:
+    """gemm as the evaluator sees it: read once, then no database (its rows are rolled back)."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        operator = operator_under_test(stored_builtin("gemm"))
+        transaction.set_rollback(True)
+    return operator
+
+
+@pytest.fixture(scope="module")
+def naive_timed(gemm: OperatorUnderTest) -> dict[str, Any]:
+    """The control's verdict; the speed tests compare against it rather than time it again."""
+    return evaluate(gemm, "naive", TIMED)
 
 
 def kernel(name: str) -> str:
@@ -69,8 +81,8 @@ def assert_rejected_for(verdict: dict[str, Any], *symbols: str) -> None:
 # --- the control ---------------------------------------------------------------------------
 
 
-def test_the_naive_kernel_is_correct_and_unflagged(gemm: OperatorUnderTest) -> None:
-    verdict = evaluate(gemm, "naive", TIMED)
+def test_the_naive_kernel_is_correct_and_unflagged(naive_timed: dict[str, Any]) -> None:
+    verdict = naive_timed
 
     assert verdict["status"] == "correct", verdict["reason"]
     assert verdict["flags"] == []
@@ -288,9 +300,9 @@ def test_a_compile_error_is_located_in_the_source(gemm: OperatorUnderTest) -> No
 
 
 def test_a_slower_correct_kernel_times_slower_than_the_naive_one(
-    gemm: OperatorUnderTest,
+    gemm: OperatorUnderTest, naive_timed: dict[str, Any]
 ) -> None:
-    naive = evaluate(gemm, "naive", TIMED)
+    naive = naive_timed
     slower = evaluate(gemm, "slower", TIMED)
 
     assert slower["status"] == "correct", slower["reason"]
@@ -299,9 +311,9 @@ def test_a_slower_correct_kernel_times_slower_than_the_naive_one(
 
 
 def test_a_faster_correct_kernel_times_faster_than_the_naive_one(
-    gemm: OperatorUnderTest,
+    gemm: OperatorUnderTest, naive_timed: dict[str, Any]
 ) -> None:
-    naive = evaluate(gemm, "naive", TIMED)
+    naive = naive_timed
     faster = evaluate(gemm, "faster", TIMED)
 
     assert faster["status"] == "correct", faster["reason"]

@@ -112,3 +112,23 @@ def test_a_decision_never_redirects_off_site(
         {"reason": "too vague", "next": "https://elsewhere.example/phish"},
     )
     assert response.status_code == 302 and response["Location"] == f"/t/{team.slug}/review/"
+
+
+def test_a_path_opened_hundreds_of_levels_deep_renders_nested(team: Team, viewer: Client) -> None:
+    version = stored_builtin("gemm")
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    chain: list[int] = []
+    for iteration in range(300):  # deeper than a recursive template can go
+        chain.append(journal_append(session_id=session.pk, kind="case_recorded", payload={
+            "iteration": iteration, "version_id": version.pk, "target": "cpu-c",
+            "strategy": "unroll", "outcome": "no_change", "correct": True,
+            "parent_case_id": chain[-1] if chain else None}).pk)  # fmt: skip
+
+    url = f"/t/{team.slug}/forest/?operator=gemm&open={','.join(map(str, chain))}"
+    page = viewer.get(url).content.decode()
+
+    assert f'data-case="{chain[-1]}"' in page
+    assert (
+        page.count('<ul role="group">') == 299
+        and page.count('<li role="treeitem"') == page.count("</li>") == 300
+    )

@@ -174,6 +174,10 @@ def test_a_browser_import_may_only_read_under_the_import_roots(
         import_start(path=str(SAMPLES), fmt=None, scale=1.0, team=team, user=None)
     with pytest.raises(ImportRequestError, match="is not a folder"):
         import_start(path=str(tmp_path / "missing"), fmt=None, scale=1.0, team=team, user=None)
+    with pytest.raises(ImportRequestError, match="not a usable path: File name too long"):
+        import_start(path=str(tmp_path / ("x" * 300)), fmt=None, scale=1.0, team=team, user=None)
+    with pytest.raises(ImportRequestError, match="not a usable path: embedded null byte"):
+        import_start(path=f"{tmp_path}/a\0b", fmt=None, scale=1.0, team=team, user=None)
     with pytest.raises(ImportRequestError, match="neither NPUKernelBench"):
         import_start(path=str(tmp_path), fmt=None, scale=1.0, team=team, user=None)
     with pytest.raises(ImportRequestError, match="scale 2 must be"):

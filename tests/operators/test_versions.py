@@ -25,7 +25,10 @@ def test_an_edit_makes_a_new_version_and_keeps_the_old_one(team: Team) -> None:
     assert first.description != "Adds two vectors." and first.spec["max_abs"] == 1e-3
     old_cases = [(c.case_id, c.params, c.outputs) for c in first.cases.all()]
     assert [(c.case_id, c.params, c.outputs) for c in second.cases.all()] == old_cases
-    assert second.starting_kernels.get().source == first.starting_kernels.get().source
+    assert (
+        second.starting_kernels.get(target="cpu-c").source
+        == first.starting_kernels.get(target="cpu-c").source
+    )
 
 
 def test_an_edit_that_changes_nothing_makes_no_version(team: Team) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from datetime import timedelta
 
 from django.test import Client
+from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.devices.models import Evaluation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
 from apps.runs.models import OptimizationSession
@@ -70,3 +74,68 @@ def test_agent_written_strategy_and_code_are_escaped(
     assert PLANTED not in page
     assert "alert(&#x27;planted&#x27;)" in page or "alert(&#39;planted&#39;)" in page
     assert page.count("&lt;script&gt;") >= 3  # the strategy twice (table, log), the code once
+
+
+def test_the_launch_form_estimates_the_size_of_the_run_from_measured_evaluations(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    relu = stored_builtin("relu")
+    client = client_for(Role.ENGINEER)
+    url = f"/t/{team.slug}/sessions/new/?part=estimate&operators=relu&operators=cumsum"
+
+    offline = client.get(f"{url}&rounds=4&policy=offline").content.decode()
+    assert "1 operator," in offline and "at most 4 evaluations" in offline  # cumsum: not stored
+    assert "unknown until this team" in offline and "none (the offline policy" in offline
+    claude = client.get(f"{url}&rounds=4&policy=claude").content.decode()
+    assert "up to 48000 " in claude  # 4 iterations x a 12,000-token context
+
+    source = kernel_source_store("int kope_kernel;")
+    started = timezone.now()
+    for seconds in (10, 20, 60):
+        Evaluation.objects.create(
+            team=team, version=relu, target="cpu-c", source=source, options={},
+            options_key=str(seconds), status=Evaluation.Status.DONE, started_at=started,
+            finished_at=started + timedelta(seconds=seconds))  # fmt: skip
+    measured = client.get(f"{url}&rounds=30&policy=offline").content.decode()
+    assert "about 10 min with one device worker (20 s per evaluation" in measured
+    form = client.get(f"/t/{team.slug}/sessions/new/").content.decode()
+    assert "Pick operators or a suite to see the size of the run" in form
+
+
+def test_the_session_page_charts_every_attempt_and_shows_what_was_adopted_and_why(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    version = stored_builtin("relu")
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    source = kernel_source_store("int kope_kernel;\n")
+    for iteration, outcome, latency in [(0, "no_change", 4.0), (1, "incorrect", None),
+                                        (2, "improved", 1.0)]:  # fmt: skip
+        journal_append(session_id=session.pk, kind="case_recorded", payload={
+            "iteration": iteration, "version_id": version.pk, "target": "cpu-c",
+            "strategy": f"try {iteration}", "outcome": outcome, "correct": latency is not None,
+            "source_sha256": source.sha256, "latency_ms": latency})  # fmt: skip
+    journal_append(session_id=session.pk, kind="context_assembled", payload={
+        "operator": "relu", "iteration": 3, "tokens": 900, "budget": 12000,
+        "tokens_per_tier": {"hot": 300, "warm": 500, "cold": 100}, "cut": [], "hot_rules": [],
+        "admitted": ["case:7", "case:9"], "shortened": [],
+        "retrieved": [{"key": "case:7", "kind": "case", "operator": "gelu", "similarity": 0.8,
+                       "value": 0.4},
+                      {"key": "case:9", "kind": "case", "operator": "sigmoid", "similarity": 0.5,
+                       "value": 0.1}]})  # fmt: skip
+    journal_append(session_id=session.pk, kind="candidate_proposed", payload={
+        "operator": "relu", "iteration": 3, "strategy": "simd", "source_sha256": source.sha256,
+        "adopted": [{"key": "case:7", "why": "simd paid 3x on gelu"}], "retrieved": [],
+        "parent_case_id": None})  # fmt: skip
+    client = client_for(Role.VIEWER)
+
+    page = client.get(f"/t/{team.slug}/sessions/{session.pk}/").content.decode()
+    start = page.index('<script id="latency-data" type="application/json">')
+    chart = json.loads(page[page.index(">", start) + 1 : page.index("</script>", start)])
+    attempts = chart["attempts"]["relu"]
+    assert [(a["iteration"], a["outcome"], a["latency_ms"]) for a in attempts] == [
+        (0, "no_change", 4.0), (1, "incorrect", None), (2, "improved", 1.0)]  # fmt: skip
+    assert chart["versions"] == {str(version.pk): "relu"}
+    context = client.get(f"/t/{team.slug}/sessions/{session.pk}/?part=context").content.decode()
+    assert "relu #3: 900 of 12000 tokens" in context
+    assert "<strong>yes</strong>: simd paid 3x on gelu" in context
+    assert context.count("<td>no</td>") == 1  # case:9 was retrieved, not adopted

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from apps.agents.claude.client import ModelClient, ModelUnavailable
+from apps.core.errors import DomainError
 from apps.memory.models import MemoryVector
 from apps.memory.rules import Wording
 from apps.memory.values import Distiller, summarize
@@ -60,6 +61,9 @@ def wording_from(content: list[dict[str, Any]]) -> Wording | None:
             wording = Wording(str(arguments.get("statement", "")).strip(),
                               str(arguments.get("applies_when", "")).strip(),
                               str(arguments.get("not_when", "")).strip())  # fmt: skip
-            if wording.statement and wording.applies_when:
-                return wording
+            try:
+                wording.check_edit()  # what a reviewer could have written: else summarize
+            except DomainError:
+                return None
+            return wording
     return None

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from apps.agents.claude.client import ClientSettings, ModelClient, ModelUnavailable
 from apps.agents.claude.distiller import model_distiller
-from apps.agents.policy import Candidate, Proposal, Situation, Tools
+from apps.agents.policy import MAX_STRATEGY_CHARS, Candidate, Proposal, Situation, Tools
 from apps.memory.values import Distiller
 
 MAX_TURNS = 8
@@ -278,6 +278,11 @@ def write_tool(arguments: dict[str, Any], state: Turns, situation: Situation,
     if len(source) > MAX_SOURCE_CHARS:
         raise ToolInputError(f"the source is {len(source)} characters; the limit is "
                              f"{MAX_SOURCE_CHARS}")  # fmt: skip
+    if "\x00" in source:
+        raise ToolInputError("the source holds a NUL character")
+    if len(strategy) > MAX_STRATEGY_CHARS:
+        raise ToolInputError(f"the strategy name is {len(strategy)} characters; the limit is "
+                             f"{MAX_STRATEGY_CHARS}: name it briefly")  # fmt: skip
     flags = arguments.get("flags") or []
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise ToolInputError("flags must be a list of strings")

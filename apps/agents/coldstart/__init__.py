@@ -14,6 +14,8 @@ from apps.agents.context import ContextItem, Tier
 # Per target, its documents in the order they matter, most useful first.
 DOCUMENTS = {
     "cpu-c": ("cheatsheet", "debugging", "examples"),
+    "triton": ("cheatsheet", "debugging", "examples"),
+    "cuda": ("cheatsheet", "debugging", "examples"),
 }
 
 

@@ -235,29 +235,46 @@ class CachegrindData:
 
 def parse_cachegrind(text: str) -> CachegrindData:
     """Read cachegrind's output file: `events:`, `fl=`/`fn=` context lines, rows of
-    `line count...` (missing trailing counts are zero), and `summary:`."""
+    `line count...` (missing trailing counts are zero), and `summary:`.
+
+    A file that does not follow that format raises DiagnosticError naming the line."""
     data = CachegrindData()
     current_file, current_function = "???", "???"
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.startswith("events:"):
+            if data.costs:
+                raise DiagnosticError(f"cachegrind.out line {number}: events changed mid-file")
             data.events = line.split(":", 1)[1].split()
         elif line.startswith(("fl=", "fi=", "fe=")):
             current_file = line[3:]
         elif line.startswith("fn="):
             current_function = line[3:]
         elif line.startswith("summary:"):
-            data.summary = _padded_counts(line.split(":", 1)[1].split(), len(data.events))
+            fields = line.split(":", 1)[1].split()
+            data.summary = _padded(_counts(fields, number), len(data.events))
         elif line[:1].isdigit():
-            number, *counts = line.split()
-            rows = data.costs.setdefault((current_file, current_function), {})
-            padded = _padded_counts(counts, len(data.events))
-            rows[int(number)] = _added(rows.get(int(number)), padded)
+            _add_cost_row(data, (current_file, current_function), line, number)
     return data
 
 
-def _padded_counts(fields: list[str], width: int) -> list[int]:
-    counts = [int(value) for value in fields[:width]]
-    return counts + [0] * (width - len(counts))
+def _add_cost_row(data: CachegrindData, where: tuple[str, str], line: str, number: int) -> None:
+    if not data.events:
+        raise DiagnosticError(f"cachegrind.out line {number}: counts before any event names")
+    source_line, *counts = _counts(line.split(), number)
+    rows = data.costs.setdefault(where, {})
+    padded = _padded(counts, len(data.events))
+    rows[source_line] = _added(rows.get(source_line), padded)
+
+
+def _counts(fields: list[str], number: int) -> list[int]:
+    """Whole numbers in ASCII digits, as cachegrind writes them."""
+    if not all(value.isascii() and value.isdigit() and len(value) <= 30 for value in fields):
+        raise DiagnosticError(f"cachegrind.out line {number}: counts must be whole numbers")
+    return [int(value) for value in fields]
+
+
+def _padded(counts: list[int], width: int) -> list[int]:
+    return counts[:width] + [0] * (width - len(counts[:width]))
 
 
 def _added(left: list[int] | None, right: list[int]) -> list[int]:
@@ -522,11 +539,11 @@ def _kernel_return_value(stderr: str) -> int | None:
 ASAN_ERROR = re.compile(r"^==\d+==ERROR: AddressSanitizer: (?P<what>.*)$")
 ASAN_SUMMARY = re.compile(r"^SUMMARY: AddressSanitizer: (?P<kind>\S+)")
 UBSAN_ERROR = re.compile(
-    r"^(?P<file>[^\s:]+):(?P<line>\d+):(?P<col>\d+): runtime error: (?P<what>.*)$"
+    r"^(?P<file>[^\s:]+):(?P<line>[0-9]{1,9}):(?P<col>[0-9]{1,9}): runtime error: (?P<what>.*)$"
 )
 FRAME = re.compile(
     r"^\s*#\d+ 0x[0-9a-fA-F]+ in (?P<function>.+?)"
-    r"(?: (?P<file>[^\s()]+):(?P<line>\d+)(?::\d+)?| \((?P<module>[^)]*)\))?$"
+    r"(?: (?P<file>[^\s()]+):(?P<line>[0-9]{1,9})(?::[0-9]+)?| \((?P<module>[^)]*)\))?$"
 )
 ASAN_DETAIL = re.compile(r"^(READ|WRITE) of size|is located|^==\d+==The signal is caused by")
 
@@ -548,7 +565,7 @@ def _asan_report(lines: list[str], start: int) -> dict[str, Any]:
     assert error is not None
     summary = next(
         (m.group("kind") for line in lines[start:] if (m := ASAN_SUMMARY.match(line))),
-        error.group("what").split()[0],
+        (error.group("what").split() or ["unknown"])[0],
     )
     return {
         "kind": "asan",

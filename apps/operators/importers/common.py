@@ -27,7 +27,7 @@ class FoundProblem:
 
 
 def read_text(path: Path, *, root: Path) -> str:
-    """A file's text, refused when it is too large or not UTF-8."""
+    """A file's text, refused when it is too large, not UTF-8 or holds a NUL byte."""
     where = path.relative_to(root)
     try:
         size = path.stat().st_size
@@ -36,13 +36,16 @@ def read_text(path: Path, *, root: Path) -> str:
                 f"{where}: {size} bytes is over the limit of "
                 f"{settings.KOPE_IMPORT_MAX_FILE_BYTES} (KOPE_IMPORT_MAX_FILE_BYTES)"
             )
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ProblemError(f"{where}: missing") from None
     except UnicodeDecodeError as error:
         raise ProblemError(f"{where}: not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise ProblemError(f"{where}: cannot be read ({error.strerror})") from None
+    if "\x00" in text:  # PostgreSQL stores no NUL in text
+        raise ProblemError(f"{where}: holds a NUL byte (character {text.index(chr(0))})")
+    return text
 
 
 LEVEL_FOLDER = re.compile(r"^level[_-]?(\d+)$", re.IGNORECASE)

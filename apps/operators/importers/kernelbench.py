@@ -24,6 +24,7 @@ from apps.operators.scaling import scaled_size
 from apps.operators.spec import CaseSpec, OperatorSpec
 
 REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
+MAX_SIZE_CONSTANT = 2**62  # beyond any tensor; larger ones do not survive scaling as floats
 
 
 def discover(root: Path, *, scale: float) -> list[FoundProblem]:
@@ -55,6 +56,8 @@ def parse(source: str, label: str) -> ast.Module:
         return ast.parse(source, filename=label)
     except SyntaxError as error:
         raise ProblemError(f"{label} line {error.lineno}: syntax error: {error.msg}") from None
+    except (ValueError, MemoryError, RecursionError):  # a NUL byte; nesting the parser refuses
+        raise ProblemError(f"{label}: not Python the importer can parse") from None
 
 
 def missing_definitions(tree: ast.Module) -> list[str]:
@@ -75,6 +78,14 @@ def size_constants(tree: ast.Module) -> dict[str, int]:
     return constants
 
 
+def checked_sizes(tree: ast.Module, label: str) -> dict[str, int]:
+    constants = size_constants(tree)
+    for name, value in constants.items():
+        if abs(value) > MAX_SIZE_CONSTANT:
+            raise ProblemError(f"{label}: size constant {name} is over {MAX_SIZE_CONSTANT}")
+    return constants
+
+
 def _is_int(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
@@ -90,7 +101,7 @@ def problem_definition(
 ) -> OperatorDefinition:
     name = path.stem
     readable = " ".join(name.split("_")[1:] if name[:1].isdigit() else name.split("_"))
-    params = {k: scaled_size(v, scale) for k, v in size_constants(tree).items()}
+    params = {k: scaled_size(v, scale) for k, v in checked_sizes(tree, label).items()}
     spec = OperatorSpec(
         slug=slug_from_name(f"kb_l{level}", name),
         name=readable or name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,18 @@ def require_definitions(source: str, name: str, *, where: Path, root: Path, kind
         tree = ast.parse(source, filename=str(label))
     except SyntaxError as error:
         raise ProblemError(f"{label} line {error.lineno}: syntax error: {error.msg}") from None
+    except (ValueError, MemoryError, RecursionError):  # a NUL byte; nesting the parser refuses
+        raise ProblemError(f"{label}: not Python the importer can parse") from None
     node_type = ast.ClassDef if kind == "class" else ast.FunctionDef
     if not any(isinstance(n, node_type) and n.name == name for n in tree.body):
         raise ProblemError(f"{label}: defines no {kind} {name}")
 
 
 def parse_test_cases(text: str, *, where: str) -> list[CaseSpec]:
-    rows = list(csv.reader(io.StringIO(text), delimiter=";"))
+    try:
+        rows = list(csv.reader(io.StringIO(text), delimiter=";"))
+    except csv.Error as error:  # a field over csv's 128 KiB limit, a NUL byte
+        raise ProblemError(f"{where}: not readable as CSV: {error}") from None
     if not rows or not any(cell.strip() for cell in rows[0]):
         raise ProblemError(f"{where}: empty (a header line with case_id is needed)")
     header = [cell.strip() for cell in rows[0]]
@@ -138,13 +144,37 @@ def case_from_row(header: list[str], row: list[str], *, where: str) -> CaseSpec:
 
 
 def literal(cell: str, *, where: str) -> Any:
-    """A Python literal (`[128, 256]`, `1e-5`, `True`), else the cell as text."""
+    """A Python literal (`[128, 256]`, `1e-5`, `True`), else the cell as text. The value is
+    stored as JSON, so sets, bytes, complex numbers, inf, nan and NUL characters are refused."""
+    if "\x00" in cell:
+        raise ProblemError(f"{where}: holds a NUL character")
     try:
-        return ast.literal_eval(cell)
+        value = ast.literal_eval(cell)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         if cell[:1] in "[({" or cell.count("'") % 2 or cell.count('"') % 2:
             raise ProblemError(f"{where}: {cell[:60]!r} is not a valid Python literal") from None
         return cell
+    if not _json_plain(value):
+        raise ProblemError(f"{where}: {cell[:60]!r} is not a number, text, True/False, None, "
+                           "or a list or dict of those")  # fmt: skip
+    return value
+
+
+def _json_plain(value: Any, depth: int = 0) -> bool:
+    if depth > 32:
+        return False
+    if isinstance(value, str):
+        return "\x00" not in value  # PostgreSQL's JSON holds no NUL
+    if value is None or isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_json_plain(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_plain(k) and _json_plain(v, depth + 1)
+                   for k, v in value.items())  # fmt: skip
+    return False
 
 
 def case_dtype(values: dict[str, Any], *, where: str) -> str:

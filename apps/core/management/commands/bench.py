@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
 from apps.runs.bench import KernelsOptions, kernels_benchmark_for
+from apps.workbench.bench import WEB_BENCHMARK
 
 
 class Command(BaseCommand):
@@ -17,7 +18,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "name", choices=sorted([*BENCHMARKS, "retrieval", "kernels"]), help="what to measure"
+            "name",
+            choices=sorted([*BENCHMARKS, "retrieval", "kernels", "web"]),
+            help="what to measure",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
@@ -69,4 +72,5 @@ def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
     return BENCHMARKS | {
         "retrieval": retrieval_benchmark_for(options["cases"]),
         "kernels": kernels_benchmark_for(kernels),
+        "web": WEB_BENCHMARK,
     }

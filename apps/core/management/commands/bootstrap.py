@@ -7,14 +7,17 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.services import admin_bootstrap
+from apps.agents.coldstart.vectors import cold_start_vectors_stale
 from apps.operators.services import ImportProblem, builtin_suite_load, builtin_suite_loaded
 from apps.operators.spec import SpecError
+from apps.runs.tasks import embed_cold_start_documents
 
 
 class Command(BaseCommand):
     help = (
         "Migrate the database, make sure the first admin and their team exist, and store the "
-        "built-in operator suite (only what changed since the last start)."
+        "built-in operator suite (only what changed since the last start); queue the cold-start "
+        "documents for the knowledge base when they changed."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,6 +33,9 @@ class Command(BaseCommand):
         except (SpecError, ImportProblem) as error:
             raise CommandError(f"the built-in operator suite cannot be loaded: {error}") from None
         self.stdout.write(f"Built-in suite: {suite.entries.count()} operators.")
+        if cold_start_vectors_stale():  # the agent worker embeds them, not this start-up
+            embed_cold_start_documents.delay()
+            self.stdout.write("Cold-start documents queued for the knowledge base.")
 
 
 def describe_admin(username: str, created: bool, password: str | None) -> str:

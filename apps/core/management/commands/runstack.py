@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,15 +38,23 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, no_worker: bool, **options: Any) -> None:
         started_at = float(os.environ.get("KOPE_STARTED_AT") or time.time())
-        signal.signal(signal.SIGTERM, stop_like_ctrl_c)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop_like_ctrl_c)
         ensure_port_free(host, port)
-        self.say("Starting the database…")
-        connection.ensure_connection()
-        call_command("bootstrap", stdout=self.stdout)
-        children = [spawn_web(host, port)]
-        if not no_worker:
-            children.append(spawn_worker())
+        children: list[subprocess.Popen[bytes]] = []
+        # Ctrl-C may come at any stage: while the database starts, in the middle of the
+        # migrations (each is one transaction, so the next start finishes them), while the
+        # suite loads, or while the children start. Each ends the same way.
         try:
+            self.say("Starting the database…")
+            connection.ensure_connection()
+            stop_if_asked()
+            call_command("bootstrap", stdout=self.stdout)
+            stop_if_asked()
+            children.append(spawn_web(host, port))
+            if not no_worker:
+                children += spawn_workers()
+            stop_if_asked()
             url = f"http://{host}:{port}/"
             wait_until_answering(url + "accounts/login/", children)
             elapsed = time.time() - started_at
@@ -56,7 +66,8 @@ class Command(BaseCommand):
             self.say("\nStopping…")
         finally:
             stop_all(children)
-            connection.close()
+            with contextlib.suppress(Exception):  # a connection cut off mid-query
+                connection.close()
         self.say("Stopped.")
 
     def say(self, message: str) -> None:
@@ -64,10 +75,20 @@ class Command(BaseCommand):
         self.stdout.flush()
 
 
+STOP_REQUESTED = threading.Event()
+
+
 def stop_like_ctrl_c(signum: int, frame: object) -> None:
-    # SIGTERM would otherwise end the process without running the cleanup below,
-    # leaving the children and the embedded database running.
+    # SIGTERM would otherwise end the process without running the cleanup below, leaving the
+    # children and the embedded database running. The flag is for a KeyboardInterrupt that
+    # lands where Python swallows it (a finalizer, a logging lock): the next check raises it.
+    STOP_REQUESTED.set()
     raise KeyboardInterrupt
+
+
+def stop_if_asked() -> None:
+    if STOP_REQUESTED.is_set():
+        raise KeyboardInterrupt
 
 
 def ensure_port_free(host: str, port: int) -> None:
@@ -102,30 +123,25 @@ def spawn_web(host: str, port: int) -> subprocess.Popen[bytes]:
     return _spawn(["-m", "daphne", "-b", host, "-p", str(port), "kope_web.asgi:application"])
 
 
-def spawn_worker() -> subprocess.Popen[bytes]:
-    queues = ",".join(known_queues())
-    return _spawn(
-        [
-            "-m",
-            "celery",
-            "-A",
-            "kope_web",
-            "worker",
-            "-Q",
-            queues,
-            "--concurrency",
-            "2",
-            "--hostname",
-            "local@%h",
-            "--loglevel",
-            "INFO",
-        ]
-    )
+def spawn_workers() -> list[subprocess.Popen[bytes]]:
+    """The agent worker and the device worker apart: an agent task waits for its evaluation,
+    so with one pool for both, two running sessions would leave no process to evaluate."""
+    device_queues = [q for q in known_queues() if q.startswith("device.")]
+    return [
+        spawn_celery(settings.AGENT_QUEUE, "agent@%h", concurrency=2),
+        spawn_celery(",".join(device_queues), "device@%h", concurrency=1),
+    ]
+
+
+def spawn_celery(queues: str, hostname: str, *, concurrency: int) -> subprocess.Popen[bytes]:
+    return _spawn(["-m", "celery", "-A", "kope_web", "worker", "-Q", queues, "--concurrency",
+                   str(concurrency), "--hostname", hostname, "--loglevel", "INFO"])  # fmt: skip
 
 
 def wait_until_answering(url: str, children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
+        stop_if_asked()
         for child in children:
             if child.poll() is not None:
                 raise CommandError(f"{describe(child)} exited early; see its output above.")
@@ -141,6 +157,7 @@ def wait_until_answering(url: str, children: list[subprocess.Popen[bytes]]) -> N
 
 def wait_for_first_exit(children: list[subprocess.Popen[bytes]]) -> None:
     while all(child.poll() is None for child in children):
+        stop_if_asked()
         time.sleep(0.5)
     gone = next(child for child in children if child.returncode is not None)
     raise CommandError(f"{describe(gone)} stopped.")

@@ -1,0 +1,38 @@
+"""The server-error handler: a database that cannot be reached is a 503 that says so."""
+
+from __future__ import annotations
+
+import sys
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.views.decorators.csrf import requires_csrf_token
+
+RETRY_AFTER_S = 5
+
+
+def database_unreachable(error: BaseException | None) -> bool:
+    """A lost or refused database connection (not a bad query, which is a plain 500)."""
+    return isinstance(error, OperationalError | InterfaceError)
+
+
+@requires_csrf_token
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django calls this while handling the exception, so sys.exc_info() names it. Neither
+    answer touches the database: no context processors, no session."""
+    api = request.path.startswith("/api/")
+    if not database_unreachable(sys.exc_info()[1]):
+        if api:
+            body = {"error": {"code": "server_error", "message": "The error was logged."}}
+            return JsonResponse(body, status=500)
+        return HttpResponse(render_to_string("500.html"), status=500)
+    if api:
+        message = f"The database cannot be reached; try again in {RETRY_AFTER_S} s."
+        response: HttpResponse = JsonResponse(
+            {"error": {"code": "database_unavailable", "message": message}}, status=503
+        )
+    else:
+        response = HttpResponse(render_to_string("503.html"), status=503)
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response

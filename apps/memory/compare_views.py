@@ -1,0 +1,213 @@
+"""The compare page: any two cases of a team side by side, and their profiles.
+
+View state is in the URL (`a`, `b`, `view=split|unified`, `ws=ignore`), so a comparison can
+be shared. Profiles come from the evaluations of exactly these kernels; a case without one
+can be profiled on request (a device worker runs cachegrind), and each profile downloads as
+Chrome Trace JSON for Perfetto.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import team_view
+from apps.accounts.models import Membership, Team
+from apps.accounts.roles import Permission
+from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Evaluation, Profile
+from apps.devices.services import evaluation_start
+from apps.memory.compare import (
+    diff_rows,
+    line_costs_side_by_side,
+    measurement_rows,
+    unified_diff_text,
+    unified_rows,
+)
+from apps.memory.forest_views import as_int
+from apps.memory.models import Case
+
+PENDING = (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING)
+DIFF2HTML_FORMATS = {"split": "side-by-side", "unified": "line-by-line"}
+
+
+@dataclass
+class Side:
+    """One case of the comparison with what was measured of it."""
+
+    case: Case
+    source: str
+    samples_ms: list[float] = field(default_factory=list)
+    reference_median_ms: float | None = None
+    profile: Profile | None = None
+    profiling: Evaluation | None = None  # a profile evaluation still queued or running
+    profile_error: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"#{self.case.pk}"
+
+    def measures(self) -> dict[str, Any]:
+        derived = (self.profile.data.get("derived") or {}) if self.profile else {}
+        return {"latency_ms": self.case.latency_ms,
+                "speedup_vs_reference": self.case.speedup_vs_reference,
+                "speedup_vs_parent": self.case.speedup_vs_parent, **derived}  # fmt: skip
+
+
+def team_case_or_none(team: Team, case_id: int | None) -> Case | None:
+    if case_id is None:
+        return None
+    return (
+        Case.objects.filter(session__team=team, pk=case_id)
+        .select_related("source", "version__operator", "session")
+        .first()
+    )
+
+
+def case_evaluation(team: Team, case: Case) -> Evaluation | None:
+    """The evaluation the case's verdict came from (its id is in the case's feedback)."""
+    evaluation_id = case.feedback.get("evaluation_id")
+    if not isinstance(evaluation_id, int):
+        return None
+    return Evaluation.objects.filter(team=team, pk=evaluation_id).first()
+
+
+def kernel_evaluations(team: Team, case: Case) -> Any:
+    return Evaluation.objects.filter(team=team, source_id=case.source_id,
+                                     version_id=case.version_id, target=case.target)  # fmt: skip
+
+
+def side_of(team: Team, case: Case) -> Side:
+    side = Side(case=case, source=case.source.text if case.source else "")
+    evaluation = case_evaluation(team, case)
+    timed = (evaluation.verdict or {}).get("timed") if evaluation else None
+    if timed:
+        side.samples_ms = [float(s) for s in timed.get("candidate_samples_ms", [])]
+        side.reference_median_ms = (timed.get("reference") or {}).get("median_ms")
+    if case.source_id is None:
+        return side
+    side.profile = (
+        Profile.objects.filter(evaluation__in=kernel_evaluations(team, case))
+        .order_by("-created_at")
+        .first()
+    )
+    requested = kernel_evaluations(team, case).filter(options__profile=True).order_by("-created_at")
+    latest = requested.first()
+    if latest is not None and latest.status in PENDING:
+        side.profiling = latest
+    elif side.profile is None and latest is not None:
+        profiled = (latest.verdict or {}).get("profiled") or {}
+        side.profile_error = latest.error or profiled.get("reason", "")
+    return side
+
+
+@dataclass(frozen=True)
+class ViewState:
+    a: int | None
+    b: int | None
+    view: str  # split or unified
+    ignore_whitespace: bool
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> ViewState:
+        view = "unified" if query.get("view") == "unified" else "split"
+        return cls(as_int(query.get("a", "")), as_int(query.get("b", "")), view,
+                   query.get("ws") == "ignore")  # fmt: skip
+
+    def query(self, **changes: Any) -> str:
+        state = {"a": self.a, "b": self.b, "view": self.view,
+                 "ws": "ignore" if self.ignore_whitespace else "", **changes}  # fmt: skip
+        parts = QueryDict(mutable=True)
+        for key, value in state.items():
+            if value not in (None, ""):
+                parts[key] = str(value)
+        return parts.urlencode()
+
+
+@team_view()
+def compare_page(request: HttpRequest, membership: Membership) -> HttpResponse:
+    team = membership.team
+    state = ViewState.from_query(request.GET)
+    case_a, case_b = team_case_or_none(team, state.a), team_case_or_none(team, state.b)
+    missing = [f"case #{n}" for n, c in ((state.a, case_a), (state.b, case_b)) if n and c is None]
+    if missing:
+        raise Http404(f"No {' or '.join(missing)} in this team.")
+    context: dict[str, Any] = {"section": "forest", "state": state,
+                               "can_run": membership.allows(Permission.RUN)}  # fmt: skip
+    if case_a is None or case_b is None:
+        return render(request, "memory/compare.html", {**context, "picking": True})
+    context.update(comparison(team, state, side_of(team, case_a), side_of(team, case_b)))
+    if request.GET.get("part") == "profiles":  # polled while a profile is being made
+        return render(request, "memory/compare.html#profiles", context)
+    return render(request, "memory/compare.html", context)
+
+
+def comparison(team: Team, state: ViewState, a: Side, b: Side) -> dict[str, Any]:
+    rows = diff_rows(a.source, b.source, ignore_whitespace=state.ignore_whitespace)
+    # One file name on both sides (diff2html strips a/ and b/): a changed name reads "renamed".
+    diff_text = unified_diff_text(a.source, b.source, old_name="a/kernel.c",
+                                  new_name="b/kernel.c",
+                                  ignore_whitespace=state.ignore_whitespace)  # fmt: skip
+    timeline = {"a": {"label": f"case {a.label}", "samples_ms": a.samples_ms,
+                      "reference_median_ms": a.reference_median_ms},
+                "b": {"label": f"case {b.label}", "samples_ms": b.samples_ms,
+                      "reference_median_ms": b.reference_median_ms}}  # fmt: skip
+    return {
+        "a": a, "b": b, "same_code": a.source == b.source, "split_rows": rows,
+        "unified_rows": unified_rows(rows), "diff_text": diff_text,
+        "diff_options": {"outputFormat": DIFF2HTML_FORMATS[state.view]},
+        "measurements": measurement_rows(a.measures(), b.measures()),
+        "line_costs": line_costs_side_by_side(a.profile.data if a.profile else None,
+                                              b.profile.data if b.profile else None),
+        "timeline": timeline, "has_samples": bool(a.samples_ms or b.samples_ms),
+        "profiling": bool(a.profiling or b.profiling),
+        "links": {"split": state.query(view="split"), "unified": state.query(view="unified"),
+                  "whitespace": state.query(ws="" if state.ignore_whitespace else "ignore"),
+                  "swap": state.query(a=state.b, b=state.a)},
+    }  # fmt: skip
+
+
+@require_POST
+@team_view(Permission.RUN)
+def compare_profile(request: HttpRequest, membership: Membership) -> HttpResponse:
+    """Queue a cachegrind profile of each compared kernel that has none, with the settings
+    its verdict was measured with."""
+    team = membership.team
+    state = ViewState.from_query(request.POST)
+    for case_id in (state.a, state.b):
+        case = team_case_or_none(team, case_id)
+        if case is None:
+            raise Http404(f"No case #{case_id} in this team.")
+        side = side_of(team, case)
+        if side.profile is None and side.profiling is None and case.source is not None:
+            profile_start(team, case, request.user)
+    return redirect(f"{reverse('compare', kwargs={'team': team.slug})}?{state.query()}")
+
+
+def profile_start(team: Team, case: Case, user: Any) -> Evaluation:
+    measured = case_evaluation(team, case)
+    options = dict(measured.options) if measured is not None else {}
+    known = EvalSettings.__dataclass_fields__
+    measured_with = EvalSettings.from_settings(**{k: v for k, v in options.items() if k in known})
+    settings = replace(measured_with, seeds=1, profile=True, debug=False,
+                       extra_flags=tuple(measured_with.extra_flags))  # fmt: skip
+    assert case.source is not None
+    return evaluation_start(version=case.version, source_text=case.source.text, options=settings,
+                            team=team, user=user, target=case.target)  # fmt: skip
+
+
+@team_view()
+def profile_trace(request: HttpRequest, membership: Membership, profile_id: int) -> HttpResponse:
+    """A profile as Chrome Trace JSON (opens in Perfetto and chrome://tracing)."""
+    profile = Profile.objects.filter(evaluation__team=membership.team, pk=profile_id).first()
+    if profile is None:
+        raise Http404(f"No profile {profile_id}.")
+    response = HttpResponse(json.dumps(profile.trace), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="kope-profile-{profile.pk}.json"'
+    return response

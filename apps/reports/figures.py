@@ -1,0 +1,113 @@
+"""The figures of a report, from rows already read out of the database: no ORM here.
+
+A suite report reads like the papers' tables. Every operator the session was configured with
+counts: one that never finished (a stopped or failed session) is a failure, not a gap. The
+arithmetic (pass rate, geometric means, fraction faster, median self-acceleration) is the
+benchmark's own, apps/runs/bench.py, so a report and `manage.py bench kernels` agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from apps.runs.bench import OperatorResult, geomean, latency_ratio, mode_summary
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    operator: str
+    finished: bool
+    correct: bool
+    start_ms: float | None
+    best_ms: float | None
+    speedup_vs_naive: float | None
+    speedup_vs_reference: float | None
+    beats_reference: bool
+    rounds_used: int
+    best_case_id: int | None
+    best_strategy_chain: str
+    stop_reason: str
+    tokens: int
+
+    def as_result(self, mode: str) -> OperatorResult:
+        return OperatorResult(
+            operator=self.operator, mode=mode, correct=self.correct, start_ms=self.start_ms,
+            best_ms=self.best_ms, speedup_vs_naive=self.speedup_vs_naive,
+            speedup_vs_reference=self.speedup_vs_reference,
+            beats_reference=self.beats_reference, rounds_used=self.rounds_used,
+            best_strategy_chain=self.best_strategy_chain, stop_reason=self.stop_reason,
+        )  # fmt: skip
+
+
+def strategy_chain(cases: dict[int, dict[str, Any]], case_id: int | None) -> str:
+    """The strategies from the best case back to the start ("a <- b"), as the benchmark
+    writes them; `cases` maps case id to its row."""
+    chain = []
+    case = cases.get(case_id) if case_id is not None else None
+    while case is not None and case.get("parent_id") is not None:
+        chain.append(str(case["strategy"]))
+        case = cases.get(case["parent_id"])
+    return " <- ".join(chain) or "(the start)"
+
+
+def operator_rows(
+    operators: list[str],
+    finished: dict[str, dict[str, Any]],
+    cases: list[dict[str, Any]],
+    tokens: dict[str, int],
+) -> list[OperatorRow]:
+    """One row per configured operator: `finished` holds the `operator_finished` payloads by
+    operator, `cases` every case row (with "operator", "id", "parent_id", "strategy")."""
+    by_id = {c["id"]: c for c in cases}
+    rows = []
+    for slug in operators:
+        p = finished.get(slug)
+        rounds = sum(1 for c in cases if c["operator"] == slug)
+        if p is None:
+            rows.append(OperatorRow(
+                operator=slug, finished=False, correct=False, start_ms=None, best_ms=None,
+                speedup_vs_naive=None, speedup_vs_reference=None, beats_reference=False,
+                rounds_used=rounds, best_case_id=None, best_strategy_chain="",
+                stop_reason="did not finish", tokens=tokens.get(slug, 0),
+            ))  # fmt: skip
+            continue
+        best_ref = p.get("speedup_vs_reference")
+        rows.append(OperatorRow(
+            operator=slug, finished=True, correct=p.get("best_case_id") is not None,
+            start_ms=p.get("start_latency_ms"), best_ms=p.get("best_latency_ms"),
+            speedup_vs_naive=p.get("speedup_vs_start"), speedup_vs_reference=best_ref,
+            beats_reference=bool(best_ref and best_ref > 1.0),
+            rounds_used=p.get("rounds_used", rounds), best_case_id=p.get("best_case_id"),
+            best_strategy_chain=strategy_chain(by_id, p.get("best_case_id")),
+            stop_reason=str(p.get("reason", "")), tokens=tokens.get(slug, 0),
+        ))  # fmt: skip
+    return rows
+
+
+def suite_figures(rows: list[OperatorRow], *, mode: str, tokens_used: int) -> dict[str, Any]:
+    """The papers' table for one session: over all its operators, missing ones as failures."""
+    figures: dict[str, Any] = {"operators": len(rows), "tokens_used": tokens_used,
+                               "finished": sum(r.finished for r in rows)}  # fmt: skip
+    if not rows:
+        return figures | {"pass_rate": None, "geomean_operators": 0,
+                          "geomean_speedup_vs_naive": None, "geomean_speedup_vs_reference": None,
+                          "fraction_faster_than_reference": None,
+                          "median_self_acceleration": None, "rounds_used": 0}  # fmt: skip
+    return figures | mode_summary([r.as_result(mode) for r in rows])
+
+
+def side_by_side(a: list[OperatorRow], b: list[OperatorRow]) -> dict[str, Any]:
+    """Two sessions per operator. The ratio is best latency in A / in B (> 1: B is faster),
+    over the operators both ran; its geometric mean is the effect of B over A (with A memory
+    off and B memory on, the benchmark's memory effect)."""
+    in_a, in_b = {r.operator: r for r in a}, {r.operator: r for r in b}
+    operators = list(dict.fromkeys([*in_a, *in_b]))
+    rows: list[dict[str, Any]] = []
+    for slug in operators:
+        ra, rb = in_a.get(slug), in_b.get(slug)
+        ratio = latency_ratio(ra.as_result("a"), rb.as_result("b")) if ra and rb else None
+        rows.append({"operator": slug, "a": asdict(ra) if ra else None,
+                     "b": asdict(rb) if rb else None, "ratio_a_over_b": ratio})  # fmt: skip
+    ratios = [float(r["ratio_a_over_b"]) for r in rows if r["ratio_a_over_b"] is not None]
+    return {"operators": rows, "effect_of_b_over_a": geomean(ratios), "paired": len(ratios)}

@@ -1,0 +1,215 @@
+"""The knowledge base as a file to share between teams: every rule (approved, vetoed,
+candidates, retired) with its versions, evidence and review history; and the import of such a
+file into another team's review queue as pending candidates.
+
+The file format (JSON, `format` "kope-knowledge-base", `version` 1):
+
+    {"format": "kope-knowledge-base", "version": 1, "exported_at": "...",
+     "team": {"slug": "...", "name": "..."},
+     "rules": [{"id": 7, "source_key": "case:42", "status": "approved",
+                "approved_version": 1, "frequency": 0.3,
+                "versions": [{"number": 1, "statement": "...", "applies_when": "...",
+                              "not_when": "...", "evidence": {...}, "tokens": 31}],
+                "history": [{"from": "", "to": "pending", "version": 1, "by": "...",
+                             "comment": "...", "at": "..."}]}]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from apps.accounts.models import Team
+from apps.core.errors import DomainError
+from apps.memory.models import Rule
+from apps.memory.rules import Wording
+from apps.reports.redact import redacted, setting_secrets
+
+FORMAT = "kope-knowledge-base"
+VERSION = 1
+IMPORTED_STATUSES = {Rule.Status.APPROVED, Rule.Status.PENDING, Rule.Status.CANDIDATE}
+MAX_RULES = 5000
+
+
+class ImportFileError(DomainError):
+    """A knowledge-base file that cannot be imported; the message says what and where."""
+
+    code = "bad_import_file"
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def rule_entry(rule: Rule) -> dict[str, Any]:
+    versions = sorted(rule.versions.all(), key=lambda v: v.number)
+    return {
+        "id": rule.pk, "source_key": rule.source_key, "status": rule.status,
+        "approved_version": rule.approved_version.number if rule.approved_version else None,
+        "frequency": rule.frequency, "created_at": rule.created_at.isoformat(),
+        "versions": [{"number": v.number, "statement": v.statement,
+                      "applies_when": v.applies_when, "not_when": v.not_when,
+                      "evidence": v.evidence, "tokens": v.tokens,
+                      "created_at": v.created_at.isoformat()} for v in versions],
+        "history": [{"from": t.from_status, "to": t.to_status,
+                     "version": t.version.number if t.version else None,
+                     "by": str(t.actor or "system"), "comment": t.comment,
+                     "at": t.at.isoformat()} for t in rule.transitions.all()],
+    }  # fmt: skip
+
+
+def knowledge_data(team: Team) -> dict[str, Any]:
+    rules = (
+        Rule.objects.filter(team=team)
+        .select_related("approved_version")
+        .prefetch_related("versions", "transitions__version", "transitions__actor")
+        .order_by("pk")
+    )
+    data = {"format": FORMAT, "version": VERSION, "exported_at": timezone.now().isoformat(),
+            "team": {"slug": team.slug, "name": team.name},
+            "rules": [rule_entry(rule) for rule in rules]}  # fmt: skip
+    return redacted(data, setting_secrets())  # type: ignore[no-any-return]
+
+
+def knowledge_markdown(data: dict[str, Any]) -> str:
+    team = data["team"]
+    lines = [f"# Knowledge base of {team['name']}", "",
+             f"Exported {data['exported_at']} from KOPE Workbench ({len(data['rules'])} rules). "
+             "The JSON export of the same rules can be imported into another team's review "
+             "queue.", ""]  # fmt: skip
+    for status in ("approved", "pending", "candidate", "vetoed", "retired"):
+        rules = [r for r in data["rules"] if r["status"] == status]
+        if rules:
+            lines += [f"## {status.capitalize()} ({len(rules)})", ""]
+            lines += [line for rule in rules for line in rule_markdown(rule)]
+    return "\n".join(lines)
+
+
+def rule_markdown(rule: dict[str, Any]) -> list[str]:
+    shown = shown_version(rule)
+    lines = [f"### Rule {rule['id']} v{shown['number']}: {shown['statement']}", "",
+             f"- **Applies when**: {shown['applies_when']}"]  # fmt: skip
+    if shown["not_when"]:
+        lines.append(f"- **Not when**: {shown['not_when']}")
+    lines.append(f"- **Source**: `{rule['source_key']}`")
+    lines.append(f"- **Evidence**: `{json.dumps(shown['evidence'], sort_keys=True)}`")
+    for step in rule["history"]:
+        comment = f": {step['comment']}" if step["comment"] else ""
+        lines.append(f"- {step['at'][:19]} {step['from'] or '-'} -> {step['to']} "
+                     f"by {step['by']}{comment}")  # fmt: skip
+    return [*lines, ""]
+
+
+def shown_version(rule: dict[str, Any]) -> dict[str, Any]:
+    """The approved wording of an approved rule, else the latest one."""
+    versions = rule["versions"]
+    approved = [v for v in versions if v["number"] == rule.get("approved_version")]
+    return approved[0] if approved else max(versions, key=lambda v: v["number"])
+
+
+# --- import: reading and checking the file (pure) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportedRule:
+    source_key: str
+    wording: Wording
+    evidence: dict[str, Any]
+
+
+def _require(ok: bool, where: str, what: str) -> None:
+    if not ok:
+        raise ImportFileError(f"{where}: {what}")
+
+
+def _text(entry: dict[str, Any], name: str, where: str, *, required: bool = True) -> str:
+    value = entry.get(name, "")
+    _require(isinstance(value, str), f"{where}.{name}", "must be a string")
+    _require(not required or bool(value.strip()), f"{where}.{name}", "must not be empty")
+    return str(value)
+
+
+def parse_knowledge_file(raw: bytes) -> dict[str, Any]:
+    """The file as checked JSON: its format, version, team and a list of rules."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ImportFileError(f"the file is not UTF-8 text (byte {error.start})") from error
+    except json.JSONDecodeError as error:
+        raise ImportFileError(f"the file is not JSON: {error.msg} at line {error.lineno}, "
+                              f"column {error.colno}") from error  # fmt: skip
+    _require(isinstance(data, dict), "the file", "must be a JSON object")
+    _require(
+        data.get("format") == FORMAT,
+        "format",
+        f"must be {FORMAT!r} (a knowledge-base export), got {data.get('format')!r}",
+    )
+    _require(data.get("version") == VERSION, "version",
+             f"must be {VERSION}, got {data.get('version')!r}")  # fmt: skip
+    team = data.get("team")
+    _require(isinstance(team, dict), "team", "must be an object with slug and name")
+    _text(team, "slug", "team")
+    rules = data.get("rules")
+    _require(isinstance(rules, list), "rules", "must be a list")
+    _require(len(rules) <= MAX_RULES, "rules", f"holds {len(rules)}; at most {MAX_RULES}")
+    return data  # type: ignore[no-any-return]
+
+
+def imported_rule(entry: Any, index: int, team: dict[str, Any]) -> ImportedRule | None:
+    """One rule of the file, checked; None for one that is not imported (vetoed, retired)."""
+    where = f"rules[{index}]"
+    _require(isinstance(entry, dict), where, "must be an object")
+    status = entry.get("status")
+    _require(status in Rule.Status.values, f"{where}.status",
+             f"must be one of {', '.join(Rule.Status.values)}, got {status!r}")  # fmt: skip
+    versions = entry.get("versions")
+    _require(isinstance(versions, list) and bool(versions), f"{where}.versions",
+             "must be a non-empty list")  # fmt: skip
+    for j, version in enumerate(versions):
+        at = f"{where}.versions[{j}]"
+        _require(isinstance(version, dict), at, "must be an object")
+        _require(isinstance(version.get("number"), int), f"{at}.number", "must be a whole number")
+        _text(version, "statement", at)
+        _text(version, "applies_when", at)
+        _text(version, "not_when", at, required=False)
+        _require(isinstance(version.get("evidence", {}), dict), f"{at}.evidence",
+                 "must be an object")  # fmt: skip
+    history = entry.get("history", [])
+    _require(isinstance(history, list), f"{where}.history", "must be a list")
+    if status not in IMPORTED_STATUSES:
+        return None
+    shown = shown_version(entry)
+    wording = Wording(shown["statement"], shown["applies_when"], shown.get("not_when", ""))
+    key = imported_key(team["slug"], entry.get("id"), index)
+    return ImportedRule(key, wording, imported_evidence(entry, shown, team))
+
+
+def imported_key(team_slug: str, rule_id: Any, index: int) -> str:
+    """Stable per source rule, so importing one file twice adds nothing the second time."""
+    return f"import:{team_slug}:{rule_id if isinstance(rule_id, int) else f'#{index}'}"[:100]
+
+
+def imported_evidence(entry: dict[str, Any], shown: dict[str, Any],
+                      team: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    name = team.get("name") or team["slug"]
+    original = shown.get("evidence") or {}
+    return {
+        **original,
+        "provenance": f"imported from team {name}",
+        "distilled_by": f"imported from team {name}"
+        + (f" (worded there by {original['distilled_by']})" if original.get("distilled_by")
+           else ""),
+        "imported_from": {
+            "team": team["slug"], "team_name": name, "rule_id": entry.get("id"),
+            "status": entry["status"], "version": shown["number"],
+            "source_key": entry.get("source_key"), "history": entry.get("history", []),
+        },
+    }  # fmt: skip
+
+
+def imported_rules(data: dict[str, Any]) -> list[ImportedRule]:
+    """Every rule checked before any is written; the first problem is the error."""
+    found = [imported_rule(entry, i, data["team"]) for i, entry in enumerate(data["rules"])]
+    return [rule for rule in found if rule is not None]

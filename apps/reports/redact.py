@@ -1,0 +1,41 @@
+"""No secret leaves in a report: every string of a report's data passes through `redacted`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|_KEY$|^KEY$)")
+MIN_LENGTH = 8  # shorter values would redact ordinary words
+
+
+def setting_secrets() -> list[str]:
+    """The values of the settings that hold secrets (ANTHROPIC_API_KEY, SECRET_KEY and its
+    fallbacks, ...), the database passwords and passwords inside URLs (REDIS_URL, the
+    broker's), longest first."""
+    found: list[str] = []
+    for name in dir(settings):
+        value = getattr(settings, name, None) if name.isupper() else None
+        if isinstance(value, str) and name.endswith("_URL"):
+            found.append(urlsplit(value).password or "")
+        elif SECRET_NAME.search(name):
+            values = value if isinstance(value, list | tuple) else [value]
+            found += [v for v in values if isinstance(v, str)]
+    found += [str(db.get("PASSWORD") or "") for db in settings.DATABASES.values()]
+    return sorted({s for s in found if len(s) >= MIN_LENGTH}, key=len, reverse=True)
+
+
+def redacted(data: Any, secrets: list[str]) -> Any:
+    """A copy of JSON-like data with each secret replaced in every string (keys included)."""
+    if isinstance(data, str):
+        for secret in secrets:
+            data = data.replace(secret, "[redacted]")
+        return data
+    if isinstance(data, dict):
+        return {redacted(k, secrets): redacted(v, secrets) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [redacted(v, secrets) for v in data]
+    return data

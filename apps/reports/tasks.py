@@ -1,0 +1,18 @@
+"""The agent worker's share of exports: make a large one, with its progress in its row."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import OperationalError
+
+
+# No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue. Safe to
+# run twice: the export is claimed with a conditional update, and a made one is left alone.
+@shared_task(name="reports.make_export", acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, autoretry_for=(OperationalError,), retry_backoff=True,
+             retry_jitter=True, max_retries=5, soft_time_limit=900,
+             time_limit=960)  # fmt: skip
+def make_export(export_id: int) -> None:
+    from apps.reports.services import export_execute
+
+    export_execute(export_id)

@@ -1,0 +1,1 @@
+"""Load profiles for the workbench: see run.py."""

@@ -1,0 +1,19 @@
+"""Right answer, but the input is overwritten with it as well."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.where(x > 0.0, x, 0.0)
+    tl.store(y_ptr + offsets, y, mask=mask)
+    tl.store(x_ptr + offsets, y, mask=mask)
+
+
+def kope_kernel(inputs, outputs, attrs):
+    (x,) = inputs
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, outputs[0], x.numel(), BLOCK=1024)

@@ -1,0 +1,189 @@
+"""The compare page: two real evaluated cases side by side, their diff in both views, the
+measurement deltas, a profile made on request and downloaded as Chrome Trace JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import Team
+from apps.accounts.roles import Role
+from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Evaluation
+from apps.devices.services import evaluation_execute, evaluation_request, kernel_source_store
+from apps.memory.journal import journal_append
+from apps.operators.builtin_suite import BUILTIN_DIR
+from apps.operators.models import OperatorVersion
+from apps.operators.spec import CaseSpec
+from apps.runs.models import OptimizationSession
+from tests.devices.test_diagnostics import needs_valgrind
+from tests.factories import MembershipFactory, small_builtin
+
+PLANTED = "<script>alert('planted')</script>"
+NAIVE = (BUILTIN_DIR / "vector_add" / "naive.c").read_text()
+# The same loop, reindented (a whitespace-only change) and with a pragma and a planted comment.
+VECTORIZED = NAIVE.replace(
+    "    for (int64_t i", f"  /* {PLANTED} */\n#pragma omp simd\n    for (int64_t i"
+)
+VECTORIZED = VECTORIZED.replace("        out[i] = a[i] + b[i];", "      out[i] = a[i] + b[i];")
+OPTIONS = EvalSettings(seeds=1, warmup=1, repeats=7)
+
+
+def small_vector_add() -> OperatorVersion:
+    cases = [CaseSpec("seven", {"n": 7}), CaseSpec("timing", {"n": 65536}, timing=True)]
+    return small_builtin("vector_add", cases)
+
+
+@pytest.fixture
+def small_add(db: None) -> OperatorVersion:
+    return small_vector_add()
+
+
+def recorded_case(session: OptimizationSession, version: OperatorVersion, iteration: int,
+                  parent: int | None, code: str, strategy: str,
+                  evaluation: Evaluation | None = None) -> int:  # fmt: skip
+    timed = (evaluation.verdict or {}).get("timed") if evaluation else None
+    event = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        "iteration": iteration, "version_id": version.pk, "target": "cpu-c",
+        "strategy": strategy, "outcome": "improved" if parent else "no_change", "correct": True,
+        "parent_case_id": parent, "source_sha256": kernel_source_store(code).sha256,
+        "latency_ms": timed["candidate"]["median_ms"] if timed else 1.0 + iteration,
+        "speedup_vs_reference": timed["speedup"] if timed else 0.5,
+        "feedback": {"summary": "correct",
+                     "evaluation_id": evaluation.pk if evaluation else None}})  # fmt: skip
+    return int(event.pk)
+
+
+def evaluated(team: Team, version: OperatorVersion, code: str) -> Evaluation:
+    """`code` evaluated for real, in this process's sandbox, as a device worker would."""
+    evaluation, _ = evaluation_request(version=version, source_text=code, options=OPTIONS,
+                                       team=team)  # fmt: skip
+    return evaluation_execute(evaluation.pk, max_attempts=1)
+
+
+def two_cases(team: Team, version: OperatorVersion, *, evaluate: bool) -> tuple[int, int]:
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    first_eval = evaluated(team, version, NAIVE) if evaluate else None
+    second_eval = evaluated(team, version, VECTORIZED) if evaluate else None
+    first = recorded_case(session, version, 0, None, NAIVE, "starting kernel", first_eval)
+    second = recorded_case(session, version, 1, first, VECTORIZED, PLANTED, second_eval)
+    return first, second
+
+
+@pytest.fixture
+def pair(team: Team, small_add: OperatorVersion) -> tuple[int, int]:
+    """Two recorded cases (not evaluated: for what the code alone decides)."""
+    return two_cases(team, small_add, evaluate=False)
+
+
+@pytest.fixture
+def measured_pair(team: Team, small_add: OperatorVersion) -> tuple[int, int]:
+    return two_cases(team, small_add, evaluate=True)
+
+
+@pytest.fixture
+def engineer(client_for: Callable[[Role], Client]) -> Client:
+    return client_for(Role.ENGINEER)
+
+
+def page(client: Client, team: Team, query: str) -> str:
+    response = client.get(f"/t/{team.slug}/compare/?{query}")
+    assert response.status_code == 200, response.content[:500]
+    return response.content.decode()
+
+
+def diff_payload(html: str) -> Any:
+    start = html.index('<script id="diff-text" type="application/json">') + len(
+        '<script id="diff-text" type="application/json">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
+
+
+def test_the_split_and_unified_diffs_show_each_line_once_and_escape_agent_text(
+    team: Team, pair: tuple[int, int], engineer: Client
+) -> None:
+    a, b = pair
+    split = page(engineer, team, f"a={a}&b={b}")
+    assert 'class="diff-table split"' in split and "<strong>Split</strong>" in split
+    assert PLANTED not in split and "&lt;script&gt;alert(&#x27;planted&#x27;)" in split
+    # the comment and the pragma are new; the reindented line faces its old self
+    assert split.count('class="diff-add"') == 2 and split.count('class="diff-change"') == 1
+    unified = page(engineer, team, f"a={a}&b={b}&view=unified")
+    assert 'class="diff-table unified"' in unified
+    assert unified.count('class="diff-del"') == 1 and unified.count('class="diff-add"') == 3
+    # diff2html gets the same diff; json_script escapes "<" so the script element stays closed
+    assert len(added_lines(diff_payload(unified))) == 3
+
+
+def added_lines(diff: str) -> list[str]:
+    return [line for line in diff.splitlines() if line.startswith("+") and line[:3] != "+++"]
+
+
+def test_hiding_whitespace_changes_keeps_only_the_real_change(
+    team: Team, pair: tuple[int, int], engineer: Client
+) -> None:
+    a, b = pair
+    html = page(engineer, team, f"a={a}&b={b}&view=unified&ws=ignore")
+    assert html.count('class="diff-del"') == 0 and html.count('class="diff-add"') == 2
+    assert "Show whitespace changes" in html
+    assert added_lines(diff_payload(html))[1] == "+#pragma omp simd"
+
+
+def admin_of(team: Team) -> Client:
+    client = Client()
+    client.force_login(MembershipFactory(team=team, role=Role.ADMIN).user)
+    return client
+
+
+def test_a_missing_or_foreign_case_is_not_found_and_no_pair_asks_for_one(
+    team: Team, other_team: Team, pair: tuple[int, int], engineer: Client
+) -> None:
+    a, _ = pair
+    assert "Compare two cases" in page(engineer, team, f"a={a}")
+    assert engineer.get(f"/t/{team.slug}/compare/?a={a}&b=999999").status_code == 404
+    outsider = admin_of(other_team)
+    assert outsider.get(f"/t/{other_team.slug}/compare/?a={a}&b={a}").status_code == 404
+
+
+@needs_valgrind
+def test_measured_cases_show_deltas_and_samples_and_get_profiles_on_request(
+    team: Team, other_team: Team, measured_pair: tuple[int, int], engineer: Client,
+    client_for: Callable[[Role], Client],
+) -> None:  # fmt: skip
+    a, b = measured_pair
+    html = page(engineer, team, f"a={a}&b={b}")
+    assert "latency (ms)" in html and "speedup vs PyTorch eager" in html
+    assert re.search(r'class="delta delta-(better|worse|same)">[+-]?\d+%', html)
+    start = html.index('<script id="timeline-data" type="application/json">')
+    data = json.loads(html[html.index(">", start) + 1 : html.index("</script>", start)])
+    assert len(data["a"]["samples_ms"]) == len(data["b"]["samples_ms"]) == OPTIONS.repeats
+    assert data["a"]["reference_median_ms"] > 0
+
+    viewer = client_for(Role.VIEWER)
+    assert "with cachegrind" not in page(viewer, team, f"a={a}&b={b}")
+    assert viewer.post(f"/t/{team.slug}/compare/profile/", {"a": a, "b": b}).status_code == 403
+
+    response = engineer.post(f"/t/{team.slug}/compare/profile/", {"a": a, "b": b})
+    assert response.status_code == 302 and f"a={a}" in response["Location"]
+    queued = Evaluation.objects.filter(team=team, options__profile=True)
+    assert queued.count() == 2 and {e.options["repeats"] for e in queued} == {OPTIONS.repeats}
+    assert "Profiling on a device worker (queued)" in page(engineer, team, f"a={a}&b={b}")
+    for evaluation in queued:  # what a device worker does with them
+        evaluation_execute(evaluation.pk, max_attempts=1)
+
+    html = page(engineer, team, f"a={a}&b={b}&part=profiles")
+    assert "Costliest kernel lines" in html and "out[i] = a[i] + b[i];" in html
+    assert "kernel D1 miss rate" in page(engineer, team, f"a={a}&b={b}")
+    trace_path = html.split('href="', 1)[1].split('"', 1)[0]
+    download = engineer.get(trace_path)
+    assert download["Content-Disposition"].startswith("attachment;")
+    trace = json.loads(download.content)
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])  # the timed calls
+    assert any(e["ph"] == "C" for e in trace["traceEvents"])  # the cachegrind counters
+    outsider_path = trace_path.replace(f"/t/{team.slug}/", f"/t/{other_team.slug}/")
+    assert admin_of(other_team).get(outsider_path).status_code == 404

@@ -1,0 +1,148 @@
+"""Redis restarted while a session runs on real workers and two watchers follow it over
+websockets (the many-hosts mode: Redis is the broker and the channel layer). The restart is
+what an operator's `systemctl restart redis` does: SHUTDOWN SAVE, then start on the same
+data. The session finishes; each watcher's socket drops, it reconnects with the last seq it
+has, and ends up with every journal event once, in order.
+
+The test runs its own redis-server on a free port: restarting the machine's Redis would pull
+it from under everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from apps.accounts.roles import Role
+from apps.accounts.services import api_token_create
+from apps.memory.models import JournalEvent
+from apps.runs.models import OptimizationSession
+from tests.browser.conftest import free_port
+from tests.core.test_database_outage import create_session
+from tests.factories import MembershipFactory, TeamFactory
+from tests.memory.test_compare_pages import small_vector_add
+from tests.processes import celery_worker, daphne, wait_until
+from tests.workbench.test_live_events import process_env
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="kope-redis-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
+             str(self.dir), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self.answers, 10, "redis-server to answer")
+
+    def answers(self) -> bool:
+        ping = ["redis-cli", "-p", str(self.port), "ping"]
+        return subprocess.run(ping, capture_output=True, text=True).stdout.strip() == "PONG"
+
+    def restart(self) -> None:
+        """SHUTDOWN SAVE writes the queues to disk; the new server loads them."""
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "save"], check=False)
+        assert self.process is not None
+        self.process.wait(timeout=10)
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+class Watcher(threading.Thread):
+    """A browser's live view: follows the session, reconnecting with the last seq it has."""
+
+    def __init__(self, ws_url: str, cookie: str, origin: str) -> None:
+        super().__init__(daemon=True)
+        self.ws_url, self.cookie, self.origin = ws_url, cookie, origin
+        self.events: list[dict[str, Any]] = []
+        self.connections = 0
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not self.finished():
+            last = self.events[-1]["seq"] if self.events else 0
+            try:
+                with connect(f"{self.ws_url}?after={last}", origin=self.origin,
+                             additional_headers={"Cookie": self.cookie}) as socket:  # fmt: skip
+                    self.connections += 1
+                    while not self.finished():
+                        event = json.loads(socket.recv(timeout=60))
+                        if not self.events or event["seq"] > self.events[-1]["seq"]:
+                            self.events.append(event)
+            except (ConnectionClosed, OSError, TimeoutError):
+                time.sleep(0.5)  # the server is back in a moment
+
+    def finished(self) -> bool:
+        return bool(self.events) and self.events[-1]["kind"] == "session_finished"
+
+
+def test_a_redis_restart_loses_no_event_and_the_session_finishes(
+    redis_server: RedisServer, transactional_db: None
+) -> None:
+    small_vector_add()
+    membership = MembershipFactory(team=TeamFactory(slug="restart"), role=Role.ENGINEER)
+    browser = Client()
+    browser.force_login(membership.user)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}"
+    token = api_token_create(user=membership.user, name="restart").plaintext
+    env = {**process_env("single-machine"), "REDIS_URL": redis_server.url}
+
+    with (
+        daphne(env) as url,
+        celery_worker(env, "agent", "agent@restart"),
+        celery_worker(env, "device.cpu", "device@restart"),
+    ):
+        session_id = create_session(url, {"Authorization": f"Bearer {token}"}, team="restart")
+        ws_url = url.replace("http", "ws") + f"/ws/sessions/{session_id}/"
+        watchers = [Watcher(ws_url, cookie, url) for _ in range(2)]
+        for watcher in watchers:
+            watcher.start()
+        journal = JournalEvent.objects.filter(session_id=session_id)
+        wait_until(lambda: journal.filter(kind="case_recorded").exists(), 120, "a first case")
+        redis_server.restart()
+        wait_until(
+            lambda: OptimizationSession.objects.get(pk=session_id).status == "finished",
+            240, "the session to finish after the restart",
+        )  # fmt: skip
+        for watcher in watchers:
+            watcher.join(timeout=60)
+
+    expected = list(journal.order_by("seq").values_list("seq", "kind"))
+    for watcher in watchers:
+        assert watcher.connections >= 2, "the restart dropped the socket"
+        assert [(e["seq"], e["kind"]) for e in watcher.events] == expected
