@@ -46,13 +46,14 @@ def patch(client: Client, body: dict[str, Any]) -> Any:
     ("body", "message"),
     [
         ({"max_abs": float("inf")}, "tolerances must be positive and finite"),
-        ({"name": "Prefix\x00sum"}, "the name holds a NUL character or is not valid Unicode"),
+        ({"name": "Prefix\x00sum"}, "body.name holds a NUL character, which cannot be stored"),
         ({"starting_kernels": {"cpu-c": "int x; \ud800"}},
          "the cpu-c holds a NUL character or is not valid Unicode text"),
         ({"starting_kernels": {"c" * 40: "int x;"}}, "no target 'cccccccccccccccccccccccccc"),
         ({"starting_kernels": {"cpu-c": "x" * 200_001}},
          "the cpu-c starting kernel is 200001 characters; the limit is 200000"),
-        ({"starting_kernels": {"cpu-c": "int x;\x00"}}, "the cpu-c holds a NUL character"),
+        ({"starting_kernels": {"cpu-c": "int x;\x00"}},
+         "body.starting_kernels.cpu-c holds a NUL character"),
     ],
 )  # fmt: skip
 def test_an_edit_that_cannot_be_stored_is_a_400_with_the_reason(
