@@ -117,12 +117,17 @@ def evaluation_execute(evaluation_id: int, *, max_attempts: int, worker: str = "
     return evaluation_record(evaluation, verdict)
 
 
-def orphaned_evaluations(queue: str, live_workers: set[str]) -> list[int]:
-    """Evaluations for `queue` that a worker claimed and that no live worker holds: their
-    worker died (SIGKILL, a lost host) and took the queue message with it."""
+def running_evaluations(queue: str) -> dict[int, str]:
+    """The evaluations for `queue` that a worker claimed and has not finished: id -> worker."""
     targets = [name for name, target in TARGETS.items() if target.queue == queue]
     running = Evaluation.objects.filter(status=Evaluation.Status.RUNNING, target__in=targets)
-    return [pk for pk, worker in running.values_list("pk", "worker") if worker not in live_workers]
+    return dict(running.values_list("pk", "worker"))
+
+
+def orphaned_evaluations(running: dict[int, str], live_workers: set[str]) -> list[int]:
+    """Of the running evaluations, those no live worker holds: their worker died (SIGKILL, a
+    lost host) and took the queue message with it."""
+    return [pk for pk, worker in running.items() if worker not in live_workers]
 
 
 def json_safe(value: Any) -> Any:

@@ -50,14 +50,15 @@ def evaluate(self: Task[Any, Any], evaluation_id: int) -> None:
 def resume_orphaned_evaluations(self: Task[Any, Any], queue: str) -> list[int]:
     """Queue again the evaluations of `queue` whose worker is gone (it no longer answers a
     ping); a live worker's evaluation is left alone."""
-    from apps.devices.services import orphaned_evaluations
+    from apps.devices.services import orphaned_evaluations, running_evaluations
 
-    if not orphaned_evaluations(queue, live_workers=set()):
+    running = running_evaluations(queue)
+    if not running:
         return []  # nothing running at all: no need to ask who is alive (the usual start)
     replies = app.control.ping(timeout=ORPHAN_PING_TIMEOUT_S) or []
     live = {name for reply in replies for name in reply}
     live.add(self.request.hostname or "")
-    orphans = orphaned_evaluations(queue, live)
+    orphans = orphaned_evaluations(running, live)
     for evaluation_id in orphans:
         evaluate.apply_async(args=(evaluation_id,), queue=queue)
     return orphans

@@ -5,6 +5,7 @@ No `from __future__ import annotations` here: ninja reads the parameter annotati
 @paginate-wrapped views at run time, where string annotations cannot be resolved.
 """
 
+import functools
 import json
 from datetime import datetime
 from typing import Any, Literal
@@ -17,9 +18,9 @@ from apps.accounts.models import Team
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
-from apps.devices.models import Profile
+from apps.memory import selectors
 from apps.memory.compare import measurement_rows, unified_diff_text
-from apps.memory.compare_views import side_of, team_case_or_none
+from apps.memory.compare_views import side_of
 from apps.memory.forest import load_forest
 from apps.memory.knowledge import Filters, Result, knowledge_search
 from apps.memory.models import Case
@@ -112,7 +113,7 @@ def viewable_team(request: HttpRequest, slug: str) -> Team:
 
 
 def team_case(team: Team, case_id: int) -> Case:
-    case = team_case_or_none(team, case_id)
+    case = selectors.team_case(team, case_id)
     if case is None:
         raise NotFound(f"No case {case_id}.")
     return case
@@ -139,12 +140,16 @@ class LazyCases:
     def __init__(self, cases: Any) -> None:
         self.cases = cases
 
-    def __len__(self) -> int:
+    @functools.cached_property
+    def total(self) -> int:
         return int(self.cases.count())
+
+    def __len__(self) -> int:
+        return self.total
 
     def __getitem__(self, page: slice) -> list[dict[str, Any]]:
         # An offset past the end is an empty page (and never a LIMIT PostgreSQL cannot hold).
-        total = len(self)
+        total = self.total
         start, stop = min(page.start or 0, total), min(page.stop or total, total)
         return [case_out(case) for case in self.cases[start:stop]]
 
@@ -191,7 +196,7 @@ def side_out(side: Any) -> dict[str, Any]:
 def profile_trace(request: HttpRequest, slug: str, profile_id: int) -> Any:
     """A profile as Chrome Trace Event JSON (opens in Perfetto and chrome://tracing)."""
     team = viewable_team(request, slug)
-    profile = Profile.objects.filter(evaluation__team=team, pk=profile_id).first()
+    profile = selectors.team_profile(team, profile_id)
     if profile is None:
         raise NotFound(f"No profile {profile_id}.")
     return HttpResponse(json.dumps(profile.trace), content_type="application/json")

@@ -32,6 +32,7 @@ from apps.memory.compare import (
 )
 from apps.memory.forest_views import as_int
 from apps.memory.models import Case
+from apps.memory.selectors import team_case, team_profile
 
 PENDING = (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING)
 DIFF2HTML_FORMATS = {"split": "side-by-side", "unified": "line-by-line"}
@@ -58,16 +59,6 @@ class Side:
         return {"latency_ms": self.case.latency_ms,
                 "speedup_vs_reference": self.case.speedup_vs_reference,
                 "speedup_vs_parent": self.case.speedup_vs_parent, **derived}  # fmt: skip
-
-
-def team_case_or_none(team: Team, case_id: int | None) -> Case | None:
-    if case_id is None:
-        return None
-    return (
-        Case.objects.filter(session__team=team, pk=case_id)
-        .select_related("source", "version__operator", "session")
-        .first()
-    )
 
 
 def case_evaluation(team: Team, case: Case) -> Evaluation | None:
@@ -134,7 +125,7 @@ class ViewState:
 def compare_page(request: HttpRequest, membership: Membership) -> HttpResponse:
     team = membership.team
     state = ViewState.from_query(request.GET)
-    case_a, case_b = team_case_or_none(team, state.a), team_case_or_none(team, state.b)
+    case_a, case_b = team_case(team, state.a), team_case(team, state.b)
     missing = [f"case #{n}" for n, c in ((state.a, case_a), (state.b, case_b)) if n and c is None]
     if missing:
         raise Http404(f"No {' or '.join(missing)} in this team.")
@@ -181,7 +172,7 @@ def compare_profile(request: HttpRequest, membership: Membership) -> HttpRespons
     team = membership.team
     state = ViewState.from_query(request.POST)
     for case_id in (state.a, state.b):
-        case = team_case_or_none(team, case_id)
+        case = team_case(team, case_id)
         if case is None:
             raise Http404(f"No case #{case_id} in this team.")
         side = side_of(team, case)
@@ -205,7 +196,7 @@ def profile_start(team: Team, case: Case, user: Any) -> Evaluation:
 @team_view()
 def profile_trace(request: HttpRequest, membership: Membership, profile_id: int) -> HttpResponse:
     """A profile as Chrome Trace JSON (opens in Perfetto and chrome://tracing)."""
-    profile = Profile.objects.filter(evaluation__team=membership.team, pk=profile_id).first()
+    profile = team_profile(membership.team, profile_id)
     if profile is None:
         raise Http404(f"No profile {profile_id}.")
     response = HttpResponse(json.dumps(profile.trace), content_type="application/json")

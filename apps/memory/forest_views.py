@@ -18,6 +18,7 @@ from django.shortcuts import render
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.core.code_html import c_code_html
+from apps.memory import selectors as memory_selectors
 from apps.memory.forest import Node, load_forest, path_to, roots
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
@@ -147,11 +148,7 @@ def forest_children(request: HttpRequest, membership: Membership, case_id: int) 
 
 
 def team_case(membership: Membership, case_id: int) -> Case:
-    case = (
-        Case.objects.filter(session__team=membership.team, pk=case_id)
-        .select_related("source", "version__operator", "parent__source")
-        .first()
-    )
+    case = memory_selectors.team_case(membership.team, case_id)
     if case is None:
         raise Http404(f"No case {case_id}.")
     return case

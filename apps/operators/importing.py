@@ -114,6 +114,10 @@ def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> Im
         found = discover(Path(run.path), run.format, run.scale)
     except OSError as error:
         return _finish(run, ImportRun.Status.FAILED, error=f"cannot read {run.path}: {error}")
+    except Exception as error:  # a bug in a layout's reader must not leave the run "running"
+        logger.exception("listing the problems of %s failed", run.path)
+        return _finish(run, ImportRun.Status.FAILED, error=f"could not list the problems in "
+                       f"{run.path}: {type(error).__name__}: {error}")  # fmt: skip
     run.total, run.done, run.report = len(found), 0, []
     run.save(update_fields=["total", "done", "report"])
     stored: list[Operator] = []

@@ -53,10 +53,9 @@ def launch_form(membership: Membership, data: Any = None) -> LaunchForm:
     return LaunchForm(data, operators=operators, suites=suites)
 
 
-def launch_estimate(membership: Membership, data: Any) -> dict[str, Any]:
+def launch_estimate(membership: Membership, form: LaunchForm, data: Any) -> dict[str, Any]:
     """The run's size for the form's current values (its initial ones before any change);
     a value that is not valid yet counts as its default."""
-    form = launch_form(membership, data)
     form.is_valid()
     values = {**{name: field.initial for name, field in form.fields.items()},
               **getattr(form, "cleaned_data", {})}  # fmt: skip
@@ -78,24 +77,26 @@ def launch_estimate(membership: Membership, data: Any) -> dict[str, Any]:
 @team_view(Permission.RUN)
 def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse:
     if request.GET.get("part") == "estimate":  # the form asks again on every change
-        context = launch_estimate(membership, request.GET)
+        context = launch_estimate(membership, launch_form(membership, request.GET), request.GET)
         return render(request, "runs/session_launch.html#estimate", context)
-    form = launch_form(membership, request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
+    data = request.POST if request.method == "POST" else None
+    form = launch_form(membership, data)
+    if data is not None and form.is_valid():
+        values = form.cleaned_data
         try:
             session = session_create(
-                team=membership.team, user=request.user, operators=data["operators"] or None,
-                suite=data["suite"] or None, policy=data["policy"], model=data["model"],
-                memory_mode=data["memory_mode"], seed=data["seed"], label=data["label"],
-                budgets=replace(default_budgets(), rounds=data["rounds"], plateau=data["plateau"]),
-                measurement=Measurement(repeats=data["repeats"]),
+                team=membership.team, user=request.user, operators=values["operators"] or None,
+                suite=values["suite"] or None, policy=values["policy"], model=values["model"],
+                memory_mode=values["memory_mode"], seed=values["seed"], label=values["label"],
+                budgets=replace(default_budgets(), rounds=values["rounds"],
+                                plateau=values["plateau"]),
+                measurement=Measurement(repeats=values["repeats"]),
             )  # fmt: skip
         except DomainError as error:
             form.add_error(None, str(error))
         else:
             return redirect("session", team=membership.team.slug, session_id=session.pk)
-    estimate = launch_estimate(membership, request.POST if request.method == "POST" else None)
+    estimate = launch_estimate(membership, form, data)
     context = {"section": "sessions", "form": form, **estimate}
     return render(request, "runs/session_launch.html", context)
 

@@ -5,6 +5,7 @@ as the original."""
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -38,7 +39,7 @@ STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 # Strategies that never change what a kernel computes (beyond rounding).
 LEGAL = {
     "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
-    "unroll",
+    "unroll", "packed_gemm",
 }  # fmt: skip
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -179,6 +180,82 @@ def test_accumulate_in_output_keeps_an_epilogue_as_a_final_pass() -> None:
     result = apply(make("accumulate_in_output", loop="L1"), naive("matmul_bias_relu"))
     assert [info.var for info in loops(result)] == ["i", "j", "p", "j", "j"]
     assert "float v = (float)(y[i * n + j] + bias[j]);" in result
+
+
+def test_packed_gemm_hands_the_gemm_nest_to_the_helper_storing_into_c() -> None:
+    offered = [s.label() for s in strategies_for("gemm") if s.name == "packed_gemm"]
+    assert offered == [f"packed_gemm(kc={kc}, loop=L0)" for kc in (128, 256, 512)]
+    result = apply(make("packed_gemm", loop="L0", kc=256), naive("gemm"))
+    assert loops(result) == []  # the whole nest is the call
+    assert "kope_packed_gemm(m, n, k, A, k, 1, B, n, 1, C, n, 256) != 0" in result
+    assert result.count("static int kope_packed_gemm(") == 1
+    batched = apply(make("packed_gemm", loop="L1", kc=128), naive("batched_matmul"))
+    assert "kope_packed_gemm(m, n, k, Ab, k, 1, Bb, n, 1, Cb, n, 128)" in batched
+    assert [info.var for info in loops(batched)] == ["b"]
+
+
+def test_packed_gemm_keeps_an_epilogue_as_a_loop_over_the_sums() -> None:
+    """The sums land in the output, which the epilogue then reads back element by element."""
+    result = apply(make("packed_gemm", loop="L0", kc=512), naive("matmul_bias_relu"))
+    assert [info.var for info in loops(result)] == ["i", "j"]
+    assert "kope_packed_gemm(m, n, k, x, k, 1, w, n, 1, y, n, 512)" in result
+    assert "double acc = y[i * n + j];\n" in result
+    assert "y[i * n + j] = v > 0.0f ? v : 0.0f;" in result
+
+
+TRANSPOSED = """#include "kope_kernel.h"
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs,
+                kope_tensor *outputs, int32_t n_outputs,
+                const double *attrs, int32_t n_attrs) {
+    const float *At = (const float *)inputs[0].data; /* (k, m): A transposed */
+    const float *Bt = (const float *)inputs[1].data; /* (n, k): B transposed */
+    float *C = (float *)outputs[0].data;
+    int64_t k = inputs[0].shape[0], m = inputs[0].shape[1], n = inputs[1].shape[0];
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; ++p) acc += Bt[k * j + p] * At[p * m + i];
+            C[(i + 1) * n - n + j] = 2.0f * acc;
+        }
+    }
+    return 0;
+}
+"""
+
+
+def test_packed_gemm_reads_any_strides_and_swapped_operands() -> None:
+    result = apply(make("packed_gemm", loop="L0", kc=128), TRANSPOSED)
+    assert "kope_packed_gemm(m, n, k, At, 1, m, Bt, 1, k, kope_sums, n, 128)" in result
+    assert "float acc = kope_sums[i * n + j];" in result  # C's index is not i * ldc + j
+    assert "C[(i + 1) * n - n + j] = 2.0f * acc;" in result
+
+
+def test_packed_gemm_refuses_what_is_not_a_float_matrix_product() -> None:
+    shapes = {
+        "does not start at 0": ("float acc = 0.0f;", "float acc = 1.0f;"),
+        "only grow by +=": ("acc += Bt[k * j + p] * At[p * m + i];",
+                            "acc -= Bt[k * j + p] * At[p * m + i];"),
+        "not a product of float matrices": ("Bt[k * j + p] * At[p * m + i]",
+                                            "Bt[k * j + p] * At[p * m + j]"),
+        "change inside the nest": ("C[(i + 1) * n - n + j] = 2.0f * acc;",
+                                   "int64_t next = m++;\n"
+                                   "            C[(i + 1) * n - n + j] = 2.0f * acc;"),
+        "for (v = 0; v < bound; ++v)": ("int64_t p = 0; p < k", "int64_t p = 1; p < k"),
+    }  # fmt: skip
+    for why, (before, after) in shapes.items():
+        assert before in TRANSPOSED
+        with pytest.raises(
+            TransformError, match=r"packed_gemm: loop L0 \(line 10\).*" + re.escape(why)
+        ):
+            apply(make("packed_gemm", loop="L0", kc=128), TRANSPOSED.replace(before, after))
+    doubles = TRANSPOSED.replace(
+        "const float *At = (const float *)", "const double *At = (const double *)"
+    )
+    with pytest.raises(TransformError, match="not a product of float matrices"):
+        apply(make("packed_gemm", loop="L0", kc=128), doubles)
+    with pytest.raises(TransformError, match="kc must be one of 128, 256, 512"):
+        apply(make("packed_gemm", loop="L0", kc=100), TRANSPOSED)
 
 
 def test_tile_turns_transpose_into_four_nested_loops() -> None:
@@ -341,6 +418,9 @@ def like(*shape: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
 # Sizes that the tile sizes do not divide.
 PROBLEMS = {
     "gemm": Problem(lambda rng: [floats(rng, 37, 23), floats(rng, 23, 41)], like(37, 41)),
+    "batched_matmul": Problem(
+        lambda rng: [floats(rng, 3, 19, 23), floats(rng, 3, 23, 35)], like(3, 19, 35)
+    ),
     "matmul_bias_relu": Problem(
         lambda rng: [floats(rng, 19, 23), floats(rng, 23, 35), floats(rng, 35)], like(19, 35)
     ),
@@ -398,3 +478,19 @@ def test_legal_strategies_compute_the_same_numbers(operator: str, tmp_path: Path
         for actual, wanted in zip(run_kernel(shared_object, problem), expected, strict=True):
             np.testing.assert_allclose(actual, wanted, rtol=1e-4, atol=1e-5, err_msg=label)
     assert len(variants) > 2  # every one of these kernels has legal strategies to try
+
+
+@needs_gcc
+def test_packed_gemm_of_transposed_operands_computes_the_same_numbers(tmp_path: Path) -> None:
+    """k = 300 crosses two slab boundaries at kc = 128; m and n leave partial tiles."""
+    m, n, k = 13, 37, 300
+    problem = Problem(lambda rng: [floats(rng, k, m), floats(rng, n, k)], like(m, n))
+    variants = [TRANSPOSED, apply(make("packed_gemm", loop="L0", kc=128), TRANSPOSED)]
+    outputs = []
+    for index, source in enumerate(variants):
+        result = compile_c(source, tmp_path / f"transposed{index}", shared=True)
+        assert result.returncode == 0, result.stderr
+        outputs.append(run_kernel(tmp_path / f"transposed{index}.so", problem)[0])
+    at, bt = problem.inputs(np.random.default_rng(7))
+    np.testing.assert_allclose(outputs[0], 2.0 * (at.T @ bt.T), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 import time
@@ -33,7 +32,7 @@ from apps.runs.models import OptimizationSession
 from tests.factories import MembershipFactory, TeamFactory
 from tests.memory.test_compare_pages import small_vector_add
 from tests.processes import celery_worker, daphne, wait_until
-from tests.workbench.test_live_events import REDIS_URL, require_redis
+from tests.workbench.test_live_events import process_env, require_redis
 
 pytestmark = pytest.mark.redis
 ROUNDS = 3
@@ -101,12 +100,12 @@ def link(transactional_db: None) -> Iterator[DatabaseLink]:
 
 
 def env_through(link: DatabaseLink) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    """The many-hosts environment with the database reached over the link."""
     database = connection.settings_dict["NAME"]
-    env.update(DJANGO_SETTINGS_MODULE="kope_web.settings.test", REDIS_URL=REDIS_URL,
-               DATABASE_URL=f"postgresql://postgres@127.0.0.1:{link.port}/{database}",
-               KOPE_DB_CONN_MAX_AGE="0")  # fmt: skip
-    return env
+    return process_env("many-hosts") | {
+        "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{link.port}/{database}",
+        "KOPE_DB_CONN_MAX_AGE": "0",
+    }
 
 
 def get(url: str, headers: dict[str, str]) -> tuple[int, str, dict[str, str]]:

@@ -15,6 +15,7 @@ from apps.devices.services import (
     evaluation_record,
     evaluation_request,
     orphaned_evaluations,
+    running_evaluations,
 )
 from apps.memory.models import Case, JournalEvent
 from apps.runs.config import Budgets, Measurement
@@ -75,8 +76,10 @@ def test_a_worker_taken_for_dead_cannot_write_over_the_next_attempt(db: None) ->
     evaluation, _ = evaluation_request(version=version, source_text="int x;",
                                        options=EvalSettings(seeds=1))  # fmt: skip
     first = claim_attempt(evaluation.pk, 2, "device-1@host")
-    assert first is not None and orphaned_evaluations("device.cpu", {"device-1@host"}) == []
-    assert orphaned_evaluations("device.cpu", set()) == [evaluation.pk]
+    running = running_evaluations("device.cpu")
+    assert first is not None and running == {evaluation.pk: "device-1@host"}
+    assert orphaned_evaluations(running, {"device-1@host"}) == []
+    assert orphaned_evaluations(running, set()) == [evaluation.pk]
     second = claim_attempt(evaluation.pk, 2, "device-2@host")
     assert second is not None
 

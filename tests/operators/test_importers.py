@@ -197,3 +197,23 @@ def test_the_command_prints_a_report_per_problem(
     )
     assert "failed    npu_l1_raises_on_case (RaisesOnCase): case 3: RuntimeError" in out
     assert out.strip().endswith("0 imported, 0 unchanged, 0 skipped, 4 failed")
+
+
+def test_a_reader_that_fails_unexpectedly_ends_the_run_failed_with_the_reason(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a layout's reader (injected here) is the run's error, never a run left
+    "running" forever."""
+    from apps.operators.importers import npukernelbench
+
+    def broken(root: Path) -> list[object]:
+        raise KeyError("level")
+
+    monkeypatch.setattr(npukernelbench, "discover", broken)
+    run = run_import(SAMPLES / "npukernelbench", team)
+
+    run.refresh_from_db()
+    assert run.status == ImportRun.Status.FAILED and run.finished_at is not None
+    assert run.error == (f"could not list the problems in {SAMPLES / 'npukernelbench'}: "
+                         "KeyError: 'level'")  # fmt: skip
+    assert run.report == [] and not Operator.objects.filter(team=team).exists()

@@ -209,8 +209,8 @@ def test_a_broken_transformation_is_recorded_as_a_failed_branch(gemm: OperatorVe
     assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
 
     def breaks_it(version: Any, candidate: Candidate, options: EvalSettings, s: Any) -> Any:
-        wrong = candidate.source.replace("C[i * n + j] = (float)acc;", "C[i * n + j] = 0.0f;")
-        wrong = wrong.replace("+=", "-=")
+        body, last_return, rest = candidate.source.rpartition("return 0;")
+        wrong = f"{body}((float *)outputs[0].data)[0] += 1.0f;\n    {last_return}{rest}"
         return evaluate_here(version, Candidate(wrong, candidate.strategy, candidate.flags,
                                                 candidate.threads), options, s)  # fmt: skip
 

@@ -26,7 +26,7 @@ from tests.processes import celery_worker, daphne, wait_until
 from tests.workbench.test_live_events import process_env
 
 # Operators where the first transformations pay far more than timing noise on a busy machine:
-# the i-p-j loop order for gemm, vectorized math (-ffast-math) for gelu. Two are enough for a
+# the packed GEMM for gemm, vectorized math (-ffast-math) for gelu. Two are enough for a
 # session that moves from one operator to the next.
 E2E_OPERATORS = ["gemm", "gelu"]
 KILL_ROUNDS = 3  # the kill lands in iteration 1 or 2, and the session goes on after it

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 from apps.agents.offline.features import kernel_features, overlap
 from apps.agents.offline.transforms import (
-    Strategy,
     TransformError,
     applicable,
     apply,
@@ -36,11 +35,12 @@ from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
 
-# What tends to pay first on a CPU, best first: loop order and accumulation (they unlock
-# vectorization), flags that let gcc vectorize math, then threads, then the finer tools. Only
-# a tie-breaker once memory speaks.
+# What tends to pay first on a CPU, best first: a matrix product handed to a packed GEMM (it
+# only applies to such nests, and nothing else comes near it there), loop order and
+# accumulation (they unlock vectorization), flags that let gcc vectorize math, then threads,
+# then the finer tools. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
-    "accumulate_in_output", "interchange", "tile", "flags", "float_accumulator",
+    "packed_gemm", "accumulate_in_output", "interchange", "tile", "flags", "float_accumulator",
     "omp_parallel_for", "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "threads",
 )  # fmt: skip
 PRIOR_WEIGHT = 0.3
@@ -126,14 +126,14 @@ def source_moves(base: Candidate) -> list[Candidate]:
             source = apply(strategy, base.source)
         except TransformError:
             continue
-        moves.append(Candidate(source, strategy.label(), base.flags, threads_for(strategy, base)))
+        moves.append(Candidate(source, strategy.label(), base.flags, threads_for(source, base)))
     return moves
 
 
-def threads_for(strategy: Strategy, base: Candidate) -> int:
-    """A parallel loop only pays with more than one thread, so the first one brings them: on
+def threads_for(source: str, base: Candidate) -> int:
+    """A parallel region only pays with more than one thread, so the first one brings them: on
     its own, neither step would ever look like an improvement to a hill climber."""
-    if strategy.name == "omp_parallel_for" and base.threads == 1:
+    if base.threads == 1 and "omp parallel" in source and "omp parallel" not in base.source:
         return os.cpu_count() or 1
     return base.threads
 
@@ -225,6 +225,7 @@ def prior(name: str) -> float:
 # a dynamic schedule hands out one iteration at a time, ruinous on a long elementwise loop.
 PREFERRED_PARAMS = {"schedule": ("static", "dynamic"), "collapse": ("1", "2"),
                     "factor": ("4", "8", "2"), "size": ("32", "64", "16"),
+                    "kc": ("512", "256", "128"),
                     "set": ("fast_math", "fp_contract", "unroll_loops")}  # fmt: skip
 
 

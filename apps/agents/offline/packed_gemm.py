@@ -1,0 +1,141 @@
+"""The C that the `packed_gemm` strategy puts into a kernel: a packed, register-tiled GEMM.
+
+`kope_packed_gemm(m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc, kc_block)` computes
+c[i*ldc + j] = sum_p a[i*a_row + p*a_col] * b[p*b_row + j*b_col] in float, for i < m, j < n.
+It is the BLIS scheme in plain C with GCC vector extensions:
+
+* k is cut into slabs of `kc_block`; per slab, B is packed into contiguous panels of
+  KOPE_NR columns (zero-padded at the right edge), so the micro-kernel streams it linearly.
+* A is read in place when its rows are contiguous along k; otherwise (a transposed operand)
+  the slab's rows are copied so that they are.
+* The micro-kernel holds a KOPE_MR x KOPE_NR tile of C in twelve 8-float vectors (6 x 16:
+  twelve accumulators, two B vectors and one broadcast fit the 16 registers of AVX2), so
+  every loaded value feeds several fused multiply-adds and C is touched once per slab.
+* Threads (OpenMP) share the packing, then the grid of tiles. Inside an already parallel loop
+  the nested region runs on one thread, as OpenMP's default says.
+
+The sums are float: for a kernel that accumulated in double this changes rounding, which the
+evaluator's tolerance decides on. It returns 1 when it cannot allocate its buffers.
+"""
+
+from __future__ import annotations
+
+HELPER_NAME = "kope_packed_gemm"
+
+HELPER_SOURCE = r"""#include <stdlib.h>
+#include <string.h>
+
+/* kope_packed_gemm: c[i*ldc + j] = sum_p a[i*a_row + p*a_col] * b[p*b_row + j*b_col] (float),
+ * i < m, j < n: k in slabs of kc_block, B packed into KOPE_NR-column panels, a KOPE_MR x
+ * KOPE_NR tile of C held in vector registers. Returns 1 when it cannot allocate. */
+typedef float kope_f8 __attribute__((vector_size(32)));
+#define KOPE_MR 6
+#define KOPE_NR 16
+
+static void kope_micro_tile(const float *a, int64_t a_row, const float *bp, int64_t kc,
+                            float *c, int64_t ldc, int64_t mr, int64_t nr, int accumulate) {
+    const float *rows[KOPE_MR];
+    kope_f8 lo[KOPE_MR], hi[KOPE_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < KOPE_MR; ++r) {
+        rows[r] = a + (r < mr ? r : 0) * a_row; /* rows past the edge: computed, not stored */
+        lo[r] = (kope_f8){0};
+        hi[r] = (kope_f8){0};
+    }
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; ++p) {
+        kope_f8 b0, b1;
+        memcpy(&b0, bp + p * KOPE_NR, sizeof b0);
+        memcpy(&b1, bp + p * KOPE_NR + 8, sizeof b1);
+#pragma GCC unroll 8
+        for (int r = 0; r < KOPE_MR; ++r) {
+            float x = rows[r][p];
+            lo[r] += x * b0;
+            hi[r] += x * b1;
+        }
+    }
+    for (int64_t r = 0; r < mr; ++r) {
+        float tile[KOPE_NR];
+        memcpy(tile, &lo[r], sizeof lo[r]);
+        memcpy(tile + 8, &hi[r], sizeof hi[r]);
+        float *row = c + r * ldc;
+        if (accumulate) {
+            for (int64_t j = 0; j < nr; ++j) row[j] += tile[j];
+        } else {
+            for (int64_t j = 0; j < nr; ++j) row[j] = tile[j];
+        }
+    }
+}
+
+static void kope_pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t m,
+                           int64_t kc, float *dst) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < kc; ++p) dst[i * kc + p] = a[i * a_row + p * a_col];
+    }
+}
+
+static void kope_pack_panel(const float *b, int64_t b_row, int64_t b_col, int64_t nr,
+                            int64_t kc, float *dst) {
+    for (int64_t p = 0; p < kc; ++p) {
+        const float *row = b + p * b_row;
+        float *out = dst + p * KOPE_NR;
+        if (b_col == 1) {
+            memcpy(out, row, sizeof(float) * (size_t)nr);
+        } else {
+            for (int64_t j = 0; j < nr; ++j) out[j] = row[j * b_col];
+        }
+        for (int64_t j = nr; j < KOPE_NR; ++j) out[j] = 0.0f;
+    }
+}
+
+static int kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
+                            int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
+                            float *c, int64_t ldc, int64_t kc_block) {
+    int64_t row_blocks = (m + KOPE_MR - 1) / KOPE_MR, panels = (n + KOPE_NR - 1) / KOPE_NR;
+    float *packed_a = NULL;
+    float *packed_b = malloc(sizeof(float) * (size_t)(panels * KOPE_NR * kc_block + 1));
+    if (a_col != 1) packed_a = malloc(sizeof(float) * (size_t)(m * kc_block + 1));
+    if (packed_b == NULL || (a_col != 1 && packed_a == NULL)) {
+        free(packed_a);
+        free(packed_b);
+        return 1;
+    }
+    int64_t pc = 0;
+    do { /* at least once: with k = 0 the tiles store zeros */
+        int64_t kc = k - pc < kc_block ? k - pc : kc_block;
+#pragma omp parallel
+        {
+            if (packed_a != NULL) {
+#pragma omp for schedule(static) nowait
+                for (int64_t ib = 0; ib < row_blocks; ++ib) {
+                    int64_t mr = m - ib * KOPE_MR < KOPE_MR ? m - ib * KOPE_MR : KOPE_MR;
+                    kope_pack_rows(a + ib * KOPE_MR * a_row + pc * a_col, a_row, a_col, mr, kc,
+                                   packed_a + ib * KOPE_MR * kc);
+                }
+            }
+#pragma omp for schedule(static)
+            for (int64_t jb = 0; jb < panels; ++jb) {
+                int64_t nr = n - jb * KOPE_NR < KOPE_NR ? n - jb * KOPE_NR : KOPE_NR;
+                kope_pack_panel(b + pc * b_row + jb * KOPE_NR * b_col, b_row, b_col, nr, kc,
+                                packed_b + jb * KOPE_NR * kc_block);
+            }
+#pragma omp for schedule(static) collapse(2)
+            for (int64_t ib = 0; ib < row_blocks; ++ib) {
+                for (int64_t jb = 0; jb < panels; ++jb) {
+                    int64_t mr = m - ib * KOPE_MR < KOPE_MR ? m - ib * KOPE_MR : KOPE_MR;
+                    int64_t nr = n - jb * KOPE_NR < KOPE_NR ? n - jb * KOPE_NR : KOPE_NR;
+                    const float *rows = packed_a != NULL ? packed_a + ib * KOPE_MR * kc
+                                                         : a + ib * KOPE_MR * a_row + pc;
+                    kope_micro_tile(rows, packed_a != NULL ? kc : a_row,
+                                    packed_b + jb * KOPE_NR * kc_block, kc,
+                                    c + ib * KOPE_MR * ldc + jb * KOPE_NR, ldc, mr, nr, pc > 0);
+                }
+            }
+        }
+        pc += kc;
+    } while (pc < k);
+    free(packed_a);
+    free(packed_b);
+    return 0;
+}
+"""
