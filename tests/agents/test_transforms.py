@@ -187,11 +187,13 @@ def test_packed_gemm_hands_the_gemm_nest_to_the_helper_storing_into_c() -> None:
     assert offered == [f"packed_gemm(kc={kc}, loop=L0)" for kc in (128, 256, 512)]
     result = apply(make("packed_gemm", loop="L0", kc=256), naive("gemm"))
     assert loops(result) == []  # the whole nest is the call
-    assert "kope_packed_gemm(m, n, k, A, k, 1, B, n, 1, C, n, 256) != 0" in result
-    assert result.count("static int kope_packed_gemm(") == 1
+    assert "    kope_packed_gemm(m, n, k, A, k, 1, B, n, 1, C, n, 256);\n    return 0;" in result
+    assert result.count("static void kope_packed_gemm(") == 1
     batched = apply(make("packed_gemm", loop="L1", kc=128), naive("batched_matmul"))
     assert "kope_packed_gemm(m, n, k, Ab, k, 1, Bb, n, 1, Cb, n, 128)" in batched
     assert [info.var for info in loops(batched)] == ["b"]
+    # the call never returns early, so the batch loop can still be made parallel
+    assert make("omp_parallel_for", loop="L0", schedule="static") in applicable(batched)
 
 
 def test_packed_gemm_keeps_an_epilogue_as_a_loop_over_the_sums() -> None:
@@ -494,3 +496,50 @@ def test_packed_gemm_of_transposed_operands_computes_the_same_numbers(tmp_path: 
     at, bt = problem.inputs(np.random.default_rng(7))
     np.testing.assert_allclose(outputs[0], 2.0 * (at.T @ bt.T), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+
+NO_MEMORY_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+static void *no_memory(size_t size) { (void)size; return NULL; }
+#define malloc no_memory
+%s
+#undef malloc
+int main(void) {
+    enum { M = 7, N = 19, K = 300 };
+    static float a[K * M], b[N * K], c[M * N];
+    for (int i = 0; i < K * M; ++i) a[i] = (float)(i * 7 %% 11) - 5.0f;
+    for (int i = 0; i < N * K; ++i) b[i] = (float)(i * 3 %% 13) - 6.0f;
+    kope_packed_gemm(M, N, K, a, 1, M, b, 1, K, c, N, 128); /* both operands transposed */
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+            double want = 0.0;
+            for (int p = 0; p < K; ++p) want += (double)a[p * M + i] * b[j * K + p];
+            if (c[i * N + j] != (float)want) {
+                printf("c[%%d][%%d] = %%g, not %%g\n", i, j, c[i * N + j], want);
+                return 1;
+            }
+        }
+    }
+    printf("ok %%g\n", c[M * N - 1]);
+    return 0;
+}
+"""
+
+
+@needs_gcc
+def test_packed_gemm_without_memory_to_pack_computes_the_plain_loops(tmp_path: Path) -> None:
+    """malloc is made to fail: the helper falls back to the plain product, never a wrong one
+    (small integers, so every sum is exact in float)."""
+    from apps.agents.offline.packed_gemm import HELPER_SOURCE
+
+    (tmp_path / "driver.c").write_text(NO_MEMORY_DRIVER % HELPER_SOURCE)
+    build = subprocess.run(
+        ["gcc", *FLAGS[:-1], *STRICT, "driver.c", "-o", "driver"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout
+    assert run.stdout.startswith("ok ") and run.stdout != "ok 0\n"  # a sum that is not 0

@@ -15,7 +15,9 @@ It is the BLIS scheme in plain C with GCC vector extensions:
   the nested region runs on one thread, as OpenMP's default says.
 
 The sums are float: for a kernel that accumulated in double this changes rounding, which the
-evaluator's tolerance decides on. It returns 1 when it cannot allocate its buffers.
+evaluator's tolerance decides on. Without memory for its buffers it computes the plain
+loops instead (slow, still right): it never fails, so the call can sit in a loop that another
+strategy makes parallel (OpenMP forbids a `return` out of one).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ HELPER_SOURCE = r"""#include <stdlib.h>
 
 /* kope_packed_gemm: c[i*ldc + j] = sum_p a[i*a_row + p*a_col] * b[p*b_row + j*b_col] (float),
  * i < m, j < n: k in slabs of kc_block, B packed into KOPE_NR-column panels, a KOPE_MR x
- * KOPE_NR tile of C held in vector registers. Returns 1 when it cannot allocate. */
+ * KOPE_NR tile of C held in vector registers; the plain loops when there is no memory to
+ * pack into. */
 typedef float kope_f8 __attribute__((vector_size(32)));
 #define KOPE_MR 6
 #define KOPE_NR 16
@@ -67,6 +70,20 @@ static void kope_micro_tile(const float *a, int64_t a_row, const float *bp, int6
     }
 }
 
+static void kope_plain_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
+                            int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
+                            float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            float sum = 0.0f;
+            for (int64_t p = 0; p < k; ++p) {
+                sum += a[i * a_row + p * a_col] * b[p * b_row + j * b_col];
+            }
+            c[i * ldc + j] = sum;
+        }
+    }
+}
+
 static void kope_pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t m,
                            int64_t kc, float *dst) {
     for (int64_t i = 0; i < m; ++i) {
@@ -88,17 +105,19 @@ static void kope_pack_panel(const float *b, int64_t b_row, int64_t b_col, int64_
     }
 }
 
-static int kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
-                            int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
-                            float *c, int64_t ldc, int64_t kc_block) {
+static void kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
+                             int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
+                             float *c, int64_t ldc, int64_t kc_block) {
     int64_t row_blocks = (m + KOPE_MR - 1) / KOPE_MR, panels = (n + KOPE_NR - 1) / KOPE_NR;
+    if (k < kc_block) kc_block = k > 0 ? k : 1; /* one slab: no bigger than it needs */
     float *packed_a = NULL;
     float *packed_b = malloc(sizeof(float) * (size_t)(panels * KOPE_NR * kc_block + 1));
     if (a_col != 1) packed_a = malloc(sizeof(float) * (size_t)(m * kc_block + 1));
-    if (packed_b == NULL || (a_col != 1 && packed_a == NULL)) {
+    if (packed_b == NULL || (a_col != 1 && packed_a == NULL)) { /* no room to pack */
         free(packed_a);
         free(packed_b);
-        return 1;
+        kope_plain_gemm(m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
+        return;
     }
     int64_t pc = 0;
     do { /* at least once: with k = 0 the tiles store zeros */
@@ -136,6 +155,5 @@ static int kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, int
     } while (pc < k);
     free(packed_a);
     free(packed_b);
-    return 0;
 }
 """

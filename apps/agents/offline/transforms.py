@@ -1276,8 +1276,7 @@ def _packed_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
         sums = _fresh_name("kope_sums", used)
         code = _through_sums(kernel, loop, nest, sums, operands, kc)
     else:
-        call = f"{HELPER_NAME}({operands}, {output.at()}, {output.row_stride}, {kc})"
-        lines = [f"if ({call} != 0) return 1; /* could not allocate */"]
+        lines = [f"{HELPER_NAME}({operands}, {output.at()}, {output.row_stride}, {kc});"]
         if not _only_stores_the_sum(nest):  # the rest of the epilogue reads the sums back
             lines += _epilogue_nest(kernel, loop, nest, text(nest.shape.store))
         indent = indentation(kernel.source, loop.node.start_byte)
@@ -1316,10 +1315,8 @@ def _through_sums(
     lines = [
         "{",
         f"{unit}float *{sums} = malloc(sizeof(float) * ((size_t){m} * (size_t){n} + 1));",
-        f"{unit}if ({sums} == NULL || {HELPER_NAME}({operands}, {sums}, {n}, {kc}) != 0) {{",
-        f"{unit * 2}free({sums});",
-        f"{unit * 2}return 1; /* could not allocate */",
-        f"{unit}}}",
+        f"{unit}if ({sums} == NULL) return 1; /* could not allocate */",
+        f"{unit}{HELPER_NAME}({operands}, {sums}, {n}, {kc});",
         *(
             f"{unit}{reindented(line, unit)}"
             for line in _epilogue_nest(kernel, loop, nest, element)
