@@ -237,12 +237,16 @@ def default_work_dir() -> str | None:
 # --- runs: every supported case, several seeds; the first seed again to catch nondeterminism ---
 
 
-def plan_runs(operator: OperatorUnderTest, seeds: int) -> list[Run]:
+def plan_runs(operator: OperatorUnderTest, seeds: int, *, target: str = TARGET,
+              with_timing: bool = True) -> list[Run]:  # fmt: skip
+    """Without timing (a GPU target on a host with no device) the timing case is left out."""
     base = secrets.randbits(31)  # fresh per evaluation; never leaves this process and refrun
     runs = []
     for index, case in enumerate(
-        c for c in operator.cases if TARGET not in c["unsupported_targets"]
+        c for c in operator.cases if target not in c["unsupported_targets"]
     ):
+        if case["timing"] and not with_timing:
+            continue
         attrs = operator.spec.attribute_values(case["params"])
         # The timing case is big, and what its size can reveal (index overflow, a buffer too
         # small) one seed shows: the small cases get the fresh seeds.
@@ -255,7 +259,7 @@ def plan_runs(operator: OperatorUnderTest, seeds: int) -> list[Run]:
             runs.append(Run(f"c{index}r", first.case_id, first.params, first.dtype, first.seed,
                             attrs, repeat_of=first.run_id))  # fmt: skip
     if not runs:
-        raise EvaluationError(f"{operator.label} has no case the {TARGET} target can represent")
+        raise EvaluationError(f"{operator.label} has no case the {target} target can represent")
     return runs
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,6 +29,7 @@ from apps.devices.evaluator import (
     Run,
     Workspace,
     finish,
+    plan_runs,
 )
 from apps.devices.gpu.device import (
     CudaDevice,
@@ -124,32 +124,6 @@ def case_dtypes(operator: OperatorUnderTest) -> set[str]:
     return {c["dtype"] for c in operator.cases if c["dtype"]} | declared - {"case"}
 
 
-# --- runs -------------------------------------------------------------------------------------
-
-
-def plan_runs(operator: OperatorUnderTest, target: str, seeds: int, *, on_device: bool
-              ) -> list[Run]:  # fmt: skip
-    """Every supported case, several seeds, the first again; the timing case only on a device."""
-    base = secrets.randbits(31)
-    runs = []
-    cases = [c for c in operator.cases if target not in c["unsupported_targets"]]
-    for index, case in enumerate(cases):
-        if case["timing"] and not on_device:
-            continue
-        attrs = operator.spec.attribute_values(case["params"])
-        for s in range(1 if case["timing"] else seeds):
-            seed = (base + 7919 * index + 104729 * s) % 2**31
-            runs.append(Run(f"c{index}s{s}", case["case_id"], case["params"], case["dtype"], seed,
-                            attrs, timing=bool(case["timing"])))  # fmt: skip
-        if not case["timing"]:
-            first = runs[-seeds]
-            runs.append(Run(f"c{index}r", first.case_id, first.params, first.dtype, first.seed,
-                            attrs, repeat_of=first.run_id))  # fmt: skip
-    if not runs:
-        raise EvaluationError(f"{operator.label} has no case the {target} target can represent")
-    return runs
-
-
 def elements(run: Run) -> int:
     metas = run.generated["inputs"] + run.generated["outputs"]
     return sum(int(np.prod(m["shape"], dtype=np.int64)) for m in metas)
@@ -177,7 +151,7 @@ def small_runs(workspace: Workspace, runs: list[Run]) -> tuple[list[Run], list[s
 def run_in(workspace: Workspace, operator: OperatorUnderTest, kind: str, candidate: Path,
            options: EvalSettings, verdict: dict[str, Any],
            device: CudaDevice | None) -> dict[str, Any]:  # fmt: skip
-    runs = plan_runs(operator, kind, options.seeds, on_device=device is not None)
+    runs = plan_runs(operator, options.seeds, target=kind, with_timing=device is not None)
     skipped: list[str] = []
     if device is None:  # what the spec already shows to be too big is not even generated
         big = {r.case_id for r in runs if declared_elements(operator, r) > INTERPRETER_MAX_ELEMENTS}
