@@ -12,10 +12,14 @@ import atexit
 import functools
 import json
 import logging
+import os
+import pwd
 import subprocess
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import shutil
 
 import psutil
 import psycopg
@@ -110,6 +114,7 @@ def socket_dir(data_dir: str, database: str) -> str:
     check_data_dir_version(pgdata)
     remove_stale_lock(pgdata)
     forget_dead_handles(pgdata)
+    initialize_cluster(pgdata)
     server = _start_server(pgdata)
     # Registered after pgserver's own exit handler, so it runs first: users that died without
     # removing themselves (Celery's pool children leave with os._exit) must not keep the
@@ -118,6 +123,54 @@ def socket_dir(data_dir: str, database: str) -> str:
     host = str(server.get_postmaster_info().socket_dir)
     create_database(host=host, name=database)
     return host
+
+
+def initialize_cluster(pgdata: Path) -> None:
+    """Run initdb in a staging directory and rename it into place when it has finished.
+
+    pgserver runs initdb in the data dir itself, and initdb writes PG_VERSION long before it
+    creates the `postgres` database: a Ctrl-C in between (Python kills the child a quarter of
+    a second after the interrupt) left a data dir that every later start took for a whole
+    cluster. A rename is atomic: the data dir is either a finished cluster or absent.
+    """
+    from pgserver.postgres_server import PostgresServer
+
+    with PostgresServer._lock:
+        if (pgdata / "PG_VERSION").exists():
+            return
+        staging = pgdata.with_name(f"{pgdata.name}.initializing")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        _run_initdb(staging)
+        # What an earlier interrupted start left here is pgserver's bookkeeping, not data.
+        shutil.rmtree(pgdata, ignore_errors=True)
+        staging.rename(pgdata)
+
+
+def _run_initdb(staging: Path) -> None:
+    from pgserver._commands import POSTGRES_BIN_PATH, initdb
+
+    system_user = None
+    if os.geteuid() == 0:  # as root pgserver runs PostgreSQL as its own system user
+        from pgserver.utils import ensure_prefix_permissions, ensure_user_exists
+
+        system_user = "pgserver"
+        ensure_user_exists(system_user)
+        ensure_prefix_permissions(staging)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        account = pwd.getpwnam(system_user)
+        os.chown(staging, account.pw_uid, account.pw_gid)
+    try:
+        initdb(
+            ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
+            pgdata=staging,
+            user=system_user,
+        )
+    except subprocess.CalledProcessError as error:
+        raise EmbeddedDatabaseError(
+            f"initdb could not create a cluster in {staging} (exit {error.returncode}):\n"
+            f"{(error.stderr or error.stdout or '').strip()[-2000:]}"
+        ) from None
 
 
 def _start_server(pgdata: Path) -> PostgresServer:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,48 @@ def test_handles_of_killed_processes_are_forgotten(tmp_path: Path) -> None:
     (tmp_path / ".handle_pids.json").write_text(f"[{os.getpid()}, {dead.pid}]")
     embedded_db.forget_dead_handles(tmp_path)
     assert (tmp_path / ".handle_pids.json").read_text() == f"[{os.getpid()}]"
+
+
+START_THE_EMBEDDED_SERVER = (
+    "import sys; from kope_web import embedded_db; "
+    "print(embedded_db.socket_dir(sys.argv[1], 'kope_startup_check'))"
+)
+
+
+def start_embedded(data_dir: Path, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", START_THE_EMBEDDED_SERVER, str(data_dir)],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, **popen,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def test_a_start_killed_inside_initdb_leaves_no_half_made_cluster(tmp_path: Path) -> None:
+    pgdata, staging = tmp_path / "pgdata", tmp_path / "pgdata.initializing"
+    first = start_embedded(tmp_path)
+    deadline = time.monotonic() + 60
+    # initdb writes PG_VERSION first and the databases last
+    while not any((directory / "PG_VERSION").exists() for directory in (pgdata, staging)):
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "initdb never started"
+        time.sleep(0.005)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert not (pgdata / "PG_VERSION").exists(), "a half-made cluster is in the data dir"
+
+    second = start_embedded(tmp_path)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert (pgdata / "PG_VERSION").exists() and not staging.exists()
+    assert Path(out.strip()).is_dir(), out  # the socket dir of a server that answered
+
+
+def test_a_data_dir_holding_only_bookkeeping_is_initialized(tmp_path: Path) -> None:
+    """What the old, in-place initdb left after a Ctrl-C before it wrote PG_VERSION."""
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    (pgdata / ".handle_pids.json").write_text("[]")
+    (pgdata / "log").write_text("")
+    embedded_db.initialize_cluster(pgdata)
+    assert (pgdata / "PG_VERSION").exists() and (pgdata / "global" / "pg_control").exists()
+    assert not (pgdata / ".handle_pids.json").exists()
