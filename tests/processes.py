@@ -141,11 +141,30 @@ def celery_worker(env: dict[str, str], queues: str, hostname: str) -> Iterator[P
         yield processes[0]
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it returns something true, and return that."""
+def wait_until(
+    condition: Callable[[], Any], timeout: float, what: str,
+    explain: Callable[[], str] | None = None,
+) -> Any:  # fmt: skip
+    """Poll `condition` until it returns something true, and return that; on time out, the
+    message ends with what `explain` says about the state things were left in."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if result := condition():
             return result
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    state = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{state}")
+
+
+def session_story(session_id: int, last: int = 15) -> str:
+    """A session's status and its latest journal events, seconds after the first one."""
+    from apps.memory.models import JournalEvent
+    from apps.runs.models import OptimizationSession
+
+    session = OptimizationSession.objects.get(pk=session_id)
+    events = list(JournalEvent.objects.filter(session_id=session_id).order_by("seq"))
+    lines = [f"session {session_id}: {session.status} ({session.status_reason or 'no reason'})"]
+    for event in events[-last:]:
+        elapsed = (event.created_at - events[0].created_at).total_seconds()
+        lines.append(f"  +{elapsed:7.1f} s  {event.kind} {event.payload.get('iteration', '')}")
+    return "\n".join(lines)

@@ -31,7 +31,7 @@ from apps.memory.models import Case, JournalEvent
 from apps.runs.models import OptimizationSession
 from tests.factories import MembershipFactory, TeamFactory
 from tests.memory.test_compare_pages import small_vector_add
-from tests.processes import celery_worker, daphne, wait_until
+from tests.processes import celery_worker, daphne, session_story, wait_until
 from tests.workbench.test_live_events import process_env, require_redis
 
 pytestmark = pytest.mark.redis
@@ -129,6 +129,7 @@ def create_session(url: str, headers: dict[str, str], team: str = "outage") -> i
         return int(json.load(response)["id"])
 
 
+@pytest.mark.timeout(600)  # the waits below, on a slow host
 def test_a_database_outage_is_a_503_and_the_running_session_waits_then_finishes(
     link: DatabaseLink,
 ) -> None:
@@ -150,7 +151,8 @@ def test_a_database_outage_is_a_503_and_the_running_session_waits_then_finishes(
         assert get(f"{url}/api/me", api_headers)[0] == 200
         session_id = create_session(url, api_headers)
         journal = JournalEvent.objects.filter(session_id=session_id)
-        wait_until(lambda: journal.filter(kind="case_recorded").exists(), 120, "a first case")
+        wait_until(lambda: journal.filter(kind="case_recorded").exists(), 120, "a first case",
+                   lambda: session_story(session_id))  # fmt: skip
 
         link.cut()
         status, body, headers = get(f"{url}/t/outage/sessions/", page_headers)
@@ -166,7 +168,7 @@ def test_a_database_outage_is_a_503_and_the_running_session_waits_then_finishes(
             lambda: OptimizationSession.objects.filter(
                 pk=session_id, status=OptimizationSession.Status.FINISHED
             ).first(),
-            240, "the session to finish",
+            240, "the session to finish", lambda: session_story(session_id),
         )  # fmt: skip
     assert finished is not None and not journal.filter(kind="session_paused").exists()
     iterations = sorted(journal.filter(kind="iteration_started").values_list(

@@ -22,7 +22,7 @@ from apps.runs.config import Budgets, Measurement
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
-from tests.processes import celery_worker, daphne, wait_until
+from tests.processes import celery_worker, daphne, session_story, wait_until
 from tests.workbench.test_live_events import process_env
 
 # Operators where the first transformations pay far more than timing noise on a busy machine:
@@ -107,6 +107,7 @@ def test_a_session_runs_on_real_workers_and_a_watcher_sees_every_event_in_order(
     assert forest_rebuild(session_id=session.pk) == len(cases)  # and the journal rebuilds them
 
 
+@pytest.mark.timeout(600)  # the two waits below, on a slow host
 def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
     device_worker: None, transactional_db: None
 ) -> None:
@@ -119,6 +120,9 @@ def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
         measurement=Measurement(**FAST),
     )
     env = process_env("single-machine")
+
+    def story() -> str:
+        return session_story(session.pk)
 
     def mid_iteration() -> int | None:
         proposed = (
@@ -135,13 +139,13 @@ def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
         return None if recorded else iteration
 
     with celery_worker(env, "agent", "agent-1@kill") as first_agent:
-        killed_in = wait_until(mid_iteration, 180, "an iteration in flight")
+        killed_in = wait_until(mid_iteration, 180, "an iteration in flight", story)
         os.killpg(first_agent.popen.pid, signal.SIGKILL)
         first_agent.popen.wait()
     with celery_worker(env, "agent", "agent-2@kill"):
         wait_until(
             lambda: OptimizationSession.objects.get(pk=session.pk).status == "finished",
-            300, "the session to finish on the second worker",
+            300, "the session to finish on the second worker", story,
         )  # fmt: skip
 
     journal = list(JournalEvent.objects.filter(session=session).order_by("seq"))
