@@ -14,12 +14,11 @@ import json
 import logging
 import os
 import pwd
+import shutil
 import subprocess
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import shutil
 
 import psutil
 import psycopg
