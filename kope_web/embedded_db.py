@@ -147,7 +147,10 @@ def initialize_cluster(pgdata: Path) -> None:
 
 
 def _run_initdb(staging: Path) -> None:
-    from pgserver._commands import POSTGRES_BIN_PATH, initdb
+    from pgserver._commands import (
+        POSTGRES_BIN_PATH,
+        initdb,  # type: ignore[attr-defined]  # made at import time
+    )
 
     system_user = None
     if os.geteuid() == 0:  # as root pgserver runs PostgreSQL as its own system user
