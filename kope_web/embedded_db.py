@@ -147,10 +147,9 @@ def initialize_cluster(pgdata: Path) -> None:
 
 
 def _run_initdb(staging: Path) -> None:
-    from pgserver._commands import (
-        POSTGRES_BIN_PATH,
-        initdb,  # type: ignore[attr-defined]  # made at import time
-    )
+    from pgserver import _commands as pg_commands
+
+    initdb = pg_commands.initdb  # type: ignore[attr-defined]  # made when pgserver is imported
 
     system_user = None
     if os.geteuid() == 0:  # as root pgserver runs PostgreSQL as its own system user
@@ -159,7 +158,7 @@ def _run_initdb(staging: Path) -> None:
         system_user = "pgserver"
         ensure_user_exists(system_user)
         ensure_prefix_permissions(staging)
-        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        ensure_prefix_permissions(pg_commands.POSTGRES_BIN_PATH)
         account = pwd.getpwnam(system_user)
         os.chown(staging, account.pw_uid, account.pw_gid)
     try:
