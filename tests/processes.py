@@ -9,12 +9,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from apps.workbench.bench import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,13 +79,9 @@ def wait_until_answering(url: str, process: Process, timeout: float = 60) -> Non
     while time.monotonic() < deadline:
         if process.popen.poll() is not None:
             break
-        try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (loopback only)
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.1)
+        if answers(url):
+            return
+        time.sleep(0.1)
     raise AssertionError(f"{url} never answered; output:\n{process.output[-4000:]}")
 
 

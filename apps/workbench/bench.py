@@ -565,14 +565,21 @@ def free_port() -> int:
 def wait_until_answering(url: str, process: subprocess.Popen[Any], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (loopback only)
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.1)
+        if answers(url):
+            return
+        time.sleep(0.1)
     raise BenchmarkError(f"Daphne never answered at {url} (exit code {process.poll()})")
+
+
+def answers(url: str) -> bool:
+    """Whether a server answers at `url` with anything at all, an error status included."""
+    try:
+        with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (loopback only)
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
 
 
 def stop(process: subprocess.Popen[Any]) -> None:
