@@ -21,6 +21,7 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.errors import Conflict, DomainError
+from apps.core.pages import page_of
 from apps.memory.models import MemoryVector, Rule
 from apps.memory.rules import (
     Wording,
@@ -44,9 +45,10 @@ def review_queue(request: HttpRequest, membership: Membership) -> HttpResponse:
     if status != "all":
         rules = rules.filter(status=status)
     resident = hot_memory(membership.team)
+    page = page_of(request, rules.select_related("reserved_by").order_by("-created_at", "-pk"))
     context = {
-        "section": "review", "status": status, "statuses": STATUSES,
-        "rules": [rule_card(rule) for rule in rules.select_related("reserved_by")[:200]],
+        "section": "review", "status": status, "statuses": STATUSES, "page": page,
+        "rules": [rule_card(rule) for rule in page],
         "can_review": membership.allows(Permission.REVIEW),
         "resident": resident, "budget": settings.KOPE_HOT_MEMORY_TOKENS,
         "resident_tokens": sum(v.tokens for v in resident),

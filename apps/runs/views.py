@@ -15,6 +15,7 @@ from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.code_html import c_code_html
 from apps.core.errors import DomainError
+from apps.core.pages import page_of
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 from apps.runs.config import Measurement, SessionConfig
@@ -37,10 +38,9 @@ CONTROLS = {"pause": session_pause, "resume": session_resume, "stop": session_st
 
 @team_view()
 def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
-    sessions = OptimizationSession.objects.filter(team=membership.team).select_related(
-        "created_by"
-    )[:100]
-    context = {"section": "sessions", "sessions": sessions,
+    sessions = OptimizationSession.objects.filter(team=membership.team).select_related("created_by")
+    page = page_of(request, sessions.order_by("-created_at", "-pk"))
+    context = {"section": "sessions", "sessions": page, "page": page,
                "can_run": membership.allows(Permission.RUN)}  # fmt: skip
     return render(request, "runs/session_list.html", context)
 
