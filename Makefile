@@ -43,7 +43,7 @@ lint:
 	$(VENV)/bin/ruff format --check .
 
 typecheck:
-	$(VENV)/bin/mypy apps kope_web
+	$(VENV)/bin/mypy apps kope_web loadtest
 
 pytest:
 	$(PY) -m pytest $(PYTEST_ARGS)

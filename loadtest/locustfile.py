@@ -28,6 +28,7 @@ import gevent
 from locust import FastHttpUser, between, constant, events, task
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Origin
 
 PLAN: dict[str, Any] = json.loads(open(os.environ["LOAD_PLAN"]).read())  # noqa: SIM115
 TEAM = PLAN["team"]
@@ -79,6 +80,12 @@ def fire(kind: str, name: str, elapsed_ms: float, exception: Exception | None = 
 class TeamMember(FastHttpUser):
     abstract = True
     cookie = ""
+
+    @property
+    def base_url(self) -> str:
+        if not self.host:
+            raise RuntimeError("no host: start locust with --host http://127.0.0.1:PORT")
+        return self.host
 
     def page(self, path: str, name: str, **headers: str) -> str:
         """GET a page that must answer 200 (a redirect to the login page is a failure)."""
@@ -136,12 +143,12 @@ class SessionWatcher(TeamMember):
         if not found:
             return  # no page, no socket: try again after the back-off
         self.last_seq = max(self.last_seq, int(found.group(1)))
-        url = self.host.replace("http", "ws", 1) + f"/ws/sessions/{self.session}/"
+        url = self.base_url.replace("http", "ws", 1) + f"/ws/sessions/{self.session}/"
         started = time.perf_counter()
         try:
             self.socket = connect(
                 f"{url}?after={self.last_seq}",
-                origin=self.host,
+                origin=Origin(self.base_url),
                 additional_headers={"Cookie": f"sessionid={self.cookie}"},
                 open_timeout=10,
             )
