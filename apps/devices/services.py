@@ -84,12 +84,16 @@ def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
     )  # fmt: skip
 
 
-def claim_attempt(evaluation_id: int, max_attempts: int, worker: str = "") -> Evaluation | None:
-    """Count this attempt and name its worker; None when the evaluation is finished or has
-    used up its attempts."""
+def claim_attempt(
+    evaluation_id: int, max_attempts: int, worker: str = "", *, only_if_queued: bool = False
+) -> Evaluation | None:
+    """Count this attempt and name its worker; None when the evaluation is finished, has used
+    up its attempts, or (`only_if_queued`) a worker has it already."""
     with transaction.atomic():
         evaluation = Evaluation.objects.select_for_update().get(pk=evaluation_id)
         if evaluation.status in (Evaluation.Status.DONE, Evaluation.Status.FAILED):
+            return None
+        if only_if_queued and evaluation.status != Evaluation.Status.QUEUED:
             return None
         if evaluation.attempts >= max_attempts:
             evaluation_fail(evaluation, f"gave up after {evaluation.attempts} attempts: the "
@@ -103,8 +107,10 @@ def claim_attempt(evaluation_id: int, max_attempts: int, worker: str = "") -> Ev
     return evaluation
 
 
-def evaluation_execute(evaluation_id: int, *, max_attempts: int, worker: str = "") -> Evaluation:
-    evaluation = claim_attempt(evaluation_id, max_attempts, worker)
+def evaluation_execute(
+    evaluation_id: int, *, max_attempts: int, worker: str = "", only_if_queued: bool = False
+) -> Evaluation:
+    evaluation = claim_attempt(evaluation_id, max_attempts, worker, only_if_queued=only_if_queued)
     if evaluation is None:
         return Evaluation.objects.get(pk=evaluation_id)
     stored = evaluation.options
@@ -182,11 +188,19 @@ def evaluation_fail(evaluation: Evaluation, reason: str) -> Evaluation:
 
 
 def evaluation_start(**request: Any) -> Evaluation:
-    """Request an evaluation and, when it has to run, queue it for a device worker."""
+    """Request an evaluation and, when it has to run, queue it for a device worker.
+
+    One found still queued is queued again: whoever asked for it may have been killed between
+    storing it and sending its message (a replayed iteration asks again). That message only
+    runs it while it is still queued, so the usual case, both messages in the queue, runs it
+    once."""
     from apps.devices.tasks import evaluate
 
     evaluation, to_run = evaluation_request(**request)
-    if to_run:
+    if to_run or evaluation.status == Evaluation.Status.QUEUED:
         queue = target_get(evaluation.target).queue
-        transaction.on_commit(lambda: evaluate.apply_async(args=(evaluation.pk,), queue=queue))
+        again = {} if to_run else {"only_if_queued": True}
+        transaction.on_commit(
+            lambda: evaluate.apply_async(args=(evaluation.pk,), kwargs=again, queue=queue)
+        )
     return evaluation

@@ -32,7 +32,7 @@ def report_alive(self: Task[Any, Any], team_id: int, check_id: str) -> None:
     ignore_result=True, autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
     retry_backoff_max=60, retry_jitter=True, max_retries=10,
 )  # fmt: skip
-def evaluate(self: Task[Any, Any], evaluation_id: int) -> None:
+def evaluate(self: Task[Any, Any], evaluation_id: int, only_if_queued: bool = False) -> None:
     """Evaluate one candidate. A worker killed mid-way takes its message with it; the next
     device worker to start queues the evaluation again (`resume_orphaned_evaluations`), and
     the attempt counter in the database stops it looping forever. A database that cannot be
@@ -43,7 +43,8 @@ def evaluate(self: Task[Any, Any], evaluation_id: int) -> None:
     from apps.devices.services import evaluation_execute
 
     evaluation_execute(evaluation_id, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS,
-                       worker=self.request.hostname or "")  # fmt: skip
+                       worker=self.request.hostname or "",
+                       only_if_queued=only_if_queued)  # fmt: skip
 
 
 @shared_task(name="devices.resume_orphaned_evaluations", bind=True, ignore_result=True)

@@ -14,6 +14,7 @@ from apps.devices.evaluator import EvalSettings, Run, evaluate_candidate, timing
 from apps.devices.jail import sandbox_ids
 from apps.devices.models import Evaluation
 from apps.devices.services import (
+    claim_attempt,
     evaluation_execute,
     evaluation_request,
     evaluation_start,
@@ -126,6 +127,44 @@ def test_a_device_worker_evaluates_a_queued_candidate(transactional_db: None) ->
             evaluation.refresh_from_db()
     assert evaluation.status == "done", evaluation.error
     assert evaluation.attempts == 1 and evaluation.verdict["status"] == "correct"
+
+
+def wait_for_verdict(evaluation: Evaluation, timeout: float = 120) -> Evaluation:
+    deadline = time.monotonic() + timeout
+    while evaluation.status in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.25)
+        evaluation.refresh_from_db()
+    return evaluation
+
+
+def test_an_evaluation_whose_message_was_lost_runs_once_when_asked_for_again(
+    transactional_db: None,
+) -> None:
+    """A requester killed between storing the evaluation and sending its message left it
+    queued with no message; the replayed iteration asks again."""
+    version = stored_builtin("logsumexp_rows")
+    source = next(f for f in read_builtin_suite() if f.spec.slug == "logsumexp_rows").naive_source
+    request = {"version": version, "source_text": source, "options": CORRECTNESS_ONLY}
+    stranded, to_run = evaluation_request(**request)  # stored; no message was ever sent
+    assert to_run and stranded.status == "queued"
+    with celery_worker(process_env("single-machine"), "device.cpu", "device@test"):
+        asked_again = wait_for_verdict(evaluation_start(**request))
+        evaluation_start(**request)  # a third ask after the verdict runs nothing
+        time.sleep(1)
+    asked_again.refresh_from_db()
+    assert asked_again.pk == stranded.pk and asked_again.status == "done", asked_again.error
+    assert asked_again.attempts == 1
+
+
+def test_a_message_sent_again_leaves_an_evaluation_a_worker_has(db: None) -> None:
+    version = stored_builtin("logsumexp_rows")
+    evaluation, _ = evaluation_request(version=version, source_text="int x;",
+                                       options=CORRECTNESS_ONLY)  # fmt: skip
+    assert claim_attempt(evaluation.pk, 3, "device@one") is not None  # now running there
+    assert claim_attempt(evaluation.pk, 3, "device@two", only_if_queued=True) is None
+    evaluation.refresh_from_db()
+    held = (evaluation.status, evaluation.attempts, evaluation.worker)
+    assert held == ("running", 1, "device@one")
 
 
 @pytest.mark.parametrize("flag", ["-lcurl", "-Wl,-rpath,/tmp", "-I/etc", "-DNDEBUG"])
