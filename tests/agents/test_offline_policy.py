@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import OfflineSearchPolicy, strategy_name
+from apps.agents.offline.policy import (
+    Evidence,
+    OfflineSearchPolicy,
+    evidence_for,
+    move_of,
+    strategy_name,
+)
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
@@ -35,9 +41,13 @@ def improved_case(team: Team, slug: str, strategy: str, speedup: float) -> Hit:
 
 
 def gemm_situation(team: Team, retrieved: list[Hit]) -> Situation:
-    version = stored_builtin("gemm")
-    incumbent = Attempt(1, Candidate(naive("gemm"), "starting kernel"), "no_change", True, 80.0, "")
-    brief = OperatorBrief("gemm", "GEMM", "matmul", "C = A B", version.pk, 1e-3, 1e-3)
+    return situation(team, "gemm", "matmul", retrieved)
+
+
+def situation(team: Team, slug: str, family: str, retrieved: list[Hit]) -> Situation:
+    version = stored_builtin(slug)
+    incumbent = Attempt(1, Candidate(naive(slug), "starting kernel"), "no_change", True, 80.0, "")
+    brief = OperatorBrief(slug, slug, family, "", version.pk, 1e-3, 1e-3)
     return Situation(session_id=0, team_id=team.pk, target="cpu-c", operator=brief,
                      stage="optimization", iteration=1, rounds_left=5, incumbent=incumbent,
                      latest=incumbent, tried=frozenset(), context=None,
@@ -64,3 +74,29 @@ def test_a_win_on_a_kernel_like_this_one_is_adopted(team: Team) -> None:
     batched_win = improved_case(team, "batched_matmul", "interchange(loop=L1)", speedup=3.0)
 
     assert chosen(gemm_situation(team, [batched_win])) == ("interchange", [batched_win.key])
+
+
+def first_move(situation: Situation) -> str:
+    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+    assert proposal.candidate is not None
+    return proposal.candidate.strategy
+
+
+def test_on_a_streaming_kernel_the_parallel_loop_comes_before_float_reordering_flags(
+    team: Team,
+) -> None:
+    """gcc -O3 vectorizes vector_add already; gelu's erff is what -ffast-math vectorizes."""
+    assert first_move(situation(team, "vector_add", "elementwise", [])).startswith(
+        "omp_parallel_for("
+    )
+    assert first_move(situation(team, "gelu", "activation", [])) == "flags(set=fast_math)"
+
+
+def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_set() -> None:
+    assert move_of("flags(set=unroll_loops)") == "flags(set=unroll_loops)"
+    assert move_of("tile(loop=L2, size=32)") == "tile"
+    unrolled = Evidence("case:1", "flags(set=unroll_loops)", 1.0, 1.0, "unrolling paid")
+    assert evidence_for("flags(set=unroll_loops)", [unrolled]) > 0
+    assert evidence_for("flags(set=fast_math)", [unrolled]) == 0
+    rule = Evidence("rule:7", "flags", 0.5, 1.0, "an approved rule on flags")
+    assert evidence_for("flags(set=fast_math)", [rule]) > 0

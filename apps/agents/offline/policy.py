@@ -3,8 +3,10 @@ memory. No model, no network.
 
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
-incumbent, and scores the rest: a fixed prior (what usually pays on CPUs first) plus the
-evidence memory brought back. Each retrieved case speaks for the strategy it tried, with its
+incumbent, and scores the rest: a fixed prior (what usually pays on CPUs first, with the
+float-reordering flags after the parallel loop on kernels with no math to vectorize) plus the
+evidence memory brought back. Each retrieved case speaks for the strategy it tried (for flags,
+for the set it added), with its
 gain (ln of its speedup over its parent; -1 when it broke correctness or did not compile),
 weighted by how relevant it is: its retrieval similarity, times the overlap of the kernel
 features (apps/agents/offline/features.py) of the kernel it changed and of the incumbent,
@@ -40,9 +42,15 @@ from apps.memory.values import Distiller, summarizer
 # accumulation (they unlock vectorization), flags that let gcc vectorize math, then threads,
 # then the finer tools. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
-    "packed_gemm", "accumulate_in_output", "interchange", "tile", "flags", "float_accumulator",
-    "omp_parallel_for", "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "threads",
+    "packed_gemm", "accumulate_in_output", "interchange", "tile", "flags(set=fast_math)",
+    "flags(set=fp_contract)", "float_accumulator", "omp_parallel_for", "restrict_pointers",
+    "omp_simd", "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
+# The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
+# call to the math library or a float reduction. A streaming loop gcc -O3 vectorizes already;
+# there the parallel loop comes first.
+REORDERING_FLAGS = ("flags(set=fast_math)", "flags(set=fp_contract)")
+REORDERING_PAYS_ON = frozenset({"math-calls", "reduction"})
 PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
 FAILED_OUTCOMES = frozenset({"incorrect", "crashed", "compile_error", "timed_out", "rejected"})
@@ -60,7 +68,7 @@ FLAG_SETS: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class Evidence:
     key: str
-    strategy_name: str
+    move: str  # what it speaks for: a strategy's name, or a kind of it (see move_of)
     gain: float  # ln speedup over its parent; FAILURE_GAIN when it broke the kernel
     weight: float  # how much it applies here, 0..1
     why: str
@@ -84,9 +92,11 @@ class OfflineSearchPolicy:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried")  # fmt: skip
         evidence = gather_evidence(situation)
-        scored = sorted(options, key=lambda c: score_key(c, evidence, situation.seed), reverse=True)
+        order = prior_order(kernel_features(situation.incumbent.candidate.source))
+        scored = sorted(options, key=lambda c: score_key(c, evidence, situation.seed, order),
+                        reverse=True)  # fmt: skip
         chosen = scored[0]
-        adopted = adoption(chosen, scored, evidence)
+        adopted = adoption(chosen, scored, evidence, order)
         rationale = f"{chosen.strategy}: " + (
             "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
         )
@@ -169,14 +179,35 @@ def strategy_name(label: str) -> str:
         return label.split("(", 1)[0].strip()
 
 
+# Strategies whose parameter makes a different move, not a variant of one: what -ffast-math
+# did for gelu's expf says nothing about -funroll-loops, while a tile of 32 or of 64 is the
+# same idea.
+KIND_PARAMS = {"flags": "set"}
+
+
+def move_of(label: str) -> str:
+    """What a case's evidence speaks for: the strategy's name, or `flags(set=fast_math)`."""
+    name = strategy_name(label)
+    kind = label_params(label.strip().splitlines()[0] if label.strip() else "").get(
+        KIND_PARAMS.get(name, ""), ""
+    )
+    return f"{name}({KIND_PARAMS[name]}={kind})" if kind else name
+
+
+def speaks_for(evidence_move: str, move: str) -> bool:
+    """A lesson about a kind of strategy speaks for that kind; one about the strategy as a
+    whole (an approved rule that says "flags") speaks for every kind of it."""
+    return evidence_move in (move, move.split("(", 1)[0])
+
+
 def gather_evidence(situation: Situation) -> list[Evidence]:
     assert situation.incumbent is not None
     here = kernel_features(situation.incumbent.candidate.source)
     evidence = [e for hit in situation.retrieved if (e := case_evidence(hit, situation, here))]
     for rule in situation.hot_rules:
-        name = strategy_name(rule["statement"])
-        evidence.append(Evidence(rule["key"], name, RULE_BONUS, 1.0,
-                                 f"approved rule {rule['key']} recommends {name}"))  # fmt: skip
+        move = move_of(rule["statement"])
+        evidence.append(Evidence(rule["key"], move, RULE_BONUS, 1.0,
+                                 f"approved rule {rule['key']} recommends {move}"))  # fmt: skip
     return evidence
 
 
@@ -190,7 +221,7 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
     )
     if case is None or case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
-    name = strategy_name(case.strategy)
+    move = move_of(case.strategy)
     operator = case.version.operator
     family = 1.0 if operator.family == situation.operator.family else OTHER_FAMILY_FACTOR
     alike = overlap(here, kernel_features(case.parent.source.text))
@@ -199,26 +230,37 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
     if case.correct and case.speedup_vs_parent:
         gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
         verb = "improved" if gain > 0 else "slowed"
-        return Evidence(hit.key, name, gain, weight,
-                        f"{where} {verb} {case.speedup_vs_parent:.2f}x with {name}")  # fmt: skip
+        return Evidence(hit.key, move, gain, weight,
+                        f"{where} {verb} {case.speedup_vs_parent:.2f}x with {move}")  # fmt: skip
     if case.outcome in FAILED_OUTCOMES:
-        return Evidence(hit.key, name, FAILURE_GAIN, weight,
-                        f"{where} was {case.outcome} after {name}")  # fmt: skip
+        return Evidence(hit.key, move, FAILURE_GAIN, weight,
+                        f"{where} was {case.outcome} after {move}")  # fmt: skip
     return None
 
 
-def evidence_for(name: str, evidence: list[Evidence]) -> float:
+def evidence_for(move: str, evidence: list[Evidence]) -> float:
     """The cases' weighted mean gain, shrunk toward 0 while little evidence speaks, plus the
     bonus of an approved rule that names the strategy."""
-    cases = [e for e in evidence if e.strategy_name == name and not e.key.startswith("rule:")]
+    relevant = [e for e in evidence if speaks_for(e.move, move)]
+    cases = [e for e in relevant if not e.key.startswith("rule:")]
     mean = sum(e.says for e in cases) / (1.0 + sum(e.weight for e in cases))
-    ruled = any(e.strategy_name == name and e.key.startswith("rule:") for e in evidence)
+    ruled = any(e.key.startswith("rule:") for e in relevant)
     return mean + (RULE_BONUS if ruled else 0.0)
 
 
-def prior(name: str) -> float:
-    rank = PRIOR_ORDER.index(name) if name in PRIOR_ORDER else len(PRIOR_ORDER)
-    return PRIOR_WEIGHT * (len(PRIOR_ORDER) - rank) / len(PRIOR_ORDER)
+def prior_order(features: frozenset[str]) -> tuple[str, ...]:
+    if features & REORDERING_PAYS_ON:
+        return PRIOR_ORDER
+    rest = [move for move in PRIOR_ORDER if move not in REORDERING_FLAGS]
+    after = rest.index("omp_parallel_for") + 1
+    return (*rest[:after], *REORDERING_FLAGS, *rest[after:])
+
+
+def prior(move: str, order: tuple[str, ...] = PRIOR_ORDER) -> float:
+    """The fixed prior of a move (`move_of` a label) in `order`, best first."""
+    name = move if move in order else strategy_name(move)
+    rank = order.index(name) if name in order else len(order)
+    return PRIOR_WEIGHT * (len(order) - rank) / len(order)
 
 
 # Within one strategy, the parameters to try first (the others come later, if rounds are left):
@@ -247,23 +289,25 @@ def param_preference(label: str) -> float:
 
 
 def score_key(
-    candidate: Candidate, evidence: list[Evidence], seed: int
+    candidate: Candidate, evidence: list[Evidence], seed: int, order: tuple[str, ...]
 ) -> tuple[float, float, float]:
-    name = strategy_name(candidate.strategy)
+    move = move_of(candidate.strategy)
     tie_break = random.Random(f"{seed}:{candidate.strategy}").random()  # noqa: S311
-    score = prior(name) + evidence_for(name, evidence)
+    score = prior(move, order) + evidence_for(move, evidence)
     return (score, param_preference(candidate.strategy), tie_break)
 
 
 def adoption(
-    chosen: Candidate, ranked: list[Candidate], evidence: list[Evidence]
+    chosen: Candidate, ranked: list[Candidate], evidence: list[Evidence], order: tuple[str, ...]
 ) -> list[dict[str, str]]:
     """The items that decided: evidence for the chosen strategy, and failures that pushed a
     strategy the prior preferred below it."""
-    name = strategy_name(chosen.strategy)
-    adopted = {e.key: e.why for e in evidence if e.strategy_name == name and e.says > 0}
-    avoided = {strategy_name(c.strategy) for c in ranked[1:]} - {name}
+    move = move_of(chosen.strategy)
+    adopted = {e.key: e.why for e in evidence if speaks_for(e.move, move) and e.says > 0}
+    avoided = {move_of(c.strategy) for c in ranked[1:]} - {move}
     for e in evidence:
-        if e.says < 0 and e.strategy_name in avoided and prior(e.strategy_name) > prior(name):
-            adopted.setdefault(e.key, f"avoided {e.strategy_name}: {e.why}")
+        pushed_down = any(speaks_for(e.move, other) for other in avoided)
+        outranked = prior(e.move, order) > prior(move, order)
+        if e.says < 0 and pushed_down and outranked:
+            adopted.setdefault(e.key, f"avoided {e.move}: {e.why}")
     return [{"key": key, "why": why} for key, why in adopted.items()]
