@@ -118,7 +118,9 @@ def evaluate_candidate(
         verdict["compiled"] = {"ok": False, "errors": [m.as_json() for m in error.messages],
                                "output": error.output[-4000:]}  # fmt: skip
         return finish(verdict, "compile_error")
+    # The binary's hash lets the loop see a change gcc compiled away (same object, same speed).
     verdict["compiled"] = {"ok": True, "cached": build.cached, "flags": build.flags,
+                           "sha256": file_sha256(build.path),
                            "warnings": [m.as_json() for m in build.warnings]}  # fmt: skip
     verdict["environment"]["flags"] = build.flags
     problems = symbol_problems(build.path)

@@ -453,7 +453,8 @@ class Iteration:
     def record(self, candidate: Candidate, evaluation: Evaluation,
                adopted: list[dict[str, str]], retrieved: list[str]) -> Case:  # fmt: skip
         parent = self.parent_case()
-        judged = judge(evaluation, parent.latency_ms if parent else None)
+        judged = judge(evaluation, parent.latency_ms if parent else None,
+                       same_binary=ran_as_parent(evaluation, candidate, parent))  # fmt: skip
         source = kernel_source_store(candidate.source)
         incumbent = self.progress.incumbent
         with transaction.atomic():
@@ -625,7 +626,7 @@ def strategy_tags(candidate: Candidate) -> list[str]:
 
 
 def faster(case: Case, incumbent: Case | None) -> bool:
-    if not case.correct or case.latency_ms is None:
+    if not case.correct or case.latency_ms is None or case.feedback.get("same_binary"):
         return False
     if incumbent is None or incumbent.latency_ms is None:
         return True
@@ -660,7 +661,30 @@ class Judged:
     feedback: dict[str, Any] | None = None
 
 
-def judge(evaluation: Evaluation, parent_latency_ms: float | None) -> Judged:
+SAME_BINARY_NOTE = ("gcc compiled this candidate to the very shared object its parent ran, "
+                    "with the same threads: the change does nothing to the kernel, and any "
+                    "difference in time is noise")  # fmt: skip
+
+
+def ran_as_parent(evaluation: Evaluation, candidate: Candidate, parent: Case | None) -> bool:
+    """Whether the candidate ran the very binary its correct, timed parent ran, with the same
+    threads (a verdict from before the hash was recorded matches nothing)."""
+    if parent is None or not parent.correct or parent.latency_ms is None:
+        return False
+    ran = binary_hash(evaluation)
+    parent_evaluation = Evaluation.objects.filter(pk=parent.feedback.get("evaluation_id")).first()
+    return (ran is not None and parent_evaluation is not None
+            and ran == binary_hash(parent_evaluation)
+            and candidate.threads == candidate_of_case(parent).threads)  # fmt: skip
+
+
+def binary_hash(evaluation: Evaluation) -> str | None:
+    compiled = (evaluation.verdict or {}).get("compiled") or {}
+    return compiled.get("sha256") if compiled.get("ok") else None
+
+
+def judge(evaluation: Evaluation, parent_latency_ms: float | None,
+          same_binary: bool = False) -> Judged:  # fmt: skip
     if evaluation.status != Evaluation.Status.DONE or not evaluation.verdict:
         reason = evaluation.error or "the evaluation did not finish"
         return Judged(
@@ -689,6 +713,11 @@ def judge(evaluation: Evaluation, parent_latency_ms: float | None) -> Judged:
             feedback={**feedback, "reason": timed.get("reason", "not timed")},
         )
     latency = float(timed["candidate"]["median_ms"])
+    if same_binary:
+        feedback = {**feedback, "same_binary": True,
+                    "summary": f"{SAME_BINARY_NOTE}\n{summary}"[:3000]}  # fmt: skip
+        return Judged("no_change", True, latency, float(timed["speedup"]), 1.0, validation,
+                      feedback)  # fmt: skip
     vs_parent = parent_latency_ms / latency if parent_latency_ms else None
     outcome = "no_change"
     if vs_parent is not None and vs_parent > 1 / (1 - IMPROVEMENT_MARGIN):

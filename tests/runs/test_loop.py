@@ -10,14 +10,15 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.policy import Candidate
+from apps.agents.policy import Candidate, Proposal, Situation
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTransition
+from apps.memory.values import summarizer
 from apps.operators.models import OperatorVersion, StartingKernel
 from apps.runs.config import Budgets, Measurement
 from apps.runs.event_text import event_summary
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.loop import advance, candidate_of_case, evaluate_here
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create, session_pause, session_resume, session_stop
@@ -294,3 +295,50 @@ def test_an_unexpected_error_pauses_the_session_with_it(gemm: OperatorVersion) -
     session.refresh_from_db()
     assert session.status == "paused"
     assert session.status_reason == "the loop stopped on an error: ValueError: the policy tripped"
+
+
+class Commenting:
+    """A policy that proposes its incumbent with a comment added, at the given threads."""
+
+    name = "offline"
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def propose(self, situation: Situation, tools: Any) -> Proposal:
+        assert situation.incumbent is not None
+        source = f"{situation.incumbent.candidate.source}\n/* gcc ignores this */\n"
+        return Proposal(Candidate(source, "comment", threads=self.threads))
+
+    def distiller(self) -> Any:
+        return summarizer
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_change_gcc_compiles_away_is_no_change_however_it_timed(db: None, threads: int) -> None:
+    """A comment compiles to the parent's very binary: with the same threads a lucky timing is
+    noise (no_change, 1.0x, the incumbent stays); with other threads it is another kernel."""
+    stored_builtin("vector_add")
+    session = launch(TeamFactory(), ["vector_add"], rounds=2, mode="off")
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)  # the start
+    start = Case.objects.get(session=session, iteration=0)
+    assert candidate_of_case(start).threads == 1
+
+    def timed_lucky(version: Any, candidate: Candidate, options: EvalSettings, s: Any) -> Any:
+        evaluation = evaluate_here(version, candidate, options, s)
+        evaluation.verdict["timed"]["candidate"]["median_ms"] = start.latency_ms / 2
+        evaluation.save(update_fields=["verdict"])
+        return evaluation
+
+    advance(session.pk, evaluate=timed_lucky, policy_for=lambda *_: Commenting(threads))
+
+    case = Case.objects.get(session=session, iteration=1)
+    assert case.correct and case.latency_ms == pytest.approx(start.latency_ms / 2)
+    replaced = [e.payload["case_id"] for e in events(session, "incumbent_replaced")]
+    if threads == 1:
+        assert case.outcome == "no_change" and case.speedup_vs_parent == 1.0
+        assert case.feedback["same_binary"] and "very shared object" in case.feedback["summary"]
+        assert replaced == [start.pk]
+    else:
+        assert case.outcome == "improved" and case.speedup_vs_parent == pytest.approx(2.0)
+        assert replaced == [start.pk, case.pk]

@@ -227,6 +227,9 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
     alike = overlap(here, kernel_features(case.parent.source.text))
     weight = max(0.0, hit.scores.get("similarity", 0.0)) * alike * family
     where = f"{hit.key} ({operator.slug}, a kernel {alike:.0%} alike)"
+    if case.feedback.get("same_binary"):
+        return Evidence(hit.key, move, 0.0, weight,
+                        f"{where} compiled to its parent's very binary with {move}")  # fmt: skip
     if case.correct and case.speedup_vs_parent:
         gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
         verb = "improved" if gain > 0 else "slowed"
