@@ -158,9 +158,11 @@ def session_story(session_id: int, last: int = 15) -> str:
     from apps.runs.models import OptimizationSession
 
     session = OptimizationSession.objects.get(pk=session_id)
-    events = list(JournalEvent.objects.filter(session_id=session_id).order_by("seq"))
+    journal = JournalEvent.objects.filter(session_id=session_id)
+    first = journal.order_by("seq").first()
+    latest = list(journal.order_by("-seq")[:last])[::-1]
     lines = [f"session {session_id}: {session.status} ({session.status_reason or 'no reason'})"]
-    for event in events[-last:]:
-        elapsed = (event.created_at - events[0].created_at).total_seconds()
+    for event in latest:
+        elapsed = (event.created_at - first.created_at).total_seconds() if first else 0.0
         lines.append(f"  +{elapsed:7.1f} s  {event.kind} {event.payload.get('iteration', '')}")
     return "\n".join(lines)

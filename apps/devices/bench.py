@@ -6,7 +6,12 @@
   (wall time - sum of the candidate's timed samples) / that sum;
 * compile_cache_speedup: a cold compile against a lookup of the same source in the cache;
 * spread_median, spread_p90: how far the speedups of repeated evaluations of one candidate
-  stray from their median, |speedup_i / median - 1|.
+  stray from their median, |speedup_i / median - 1|;
+* latency_spread_median, latency_spread_p90: the same for the candidate's own median latency,
+  from the same evaluations: how far apart two timings of one kernel taken minutes apart are;
+* baseline_spread_median, baseline_spread_p90: |vs_baseline - 1| in the same evaluations, each
+  of which also timed the candidate as its own baseline, in turn in the same process: how far
+  from even the side-by-side comparison the loop judges candidates by puts a kernel and itself.
 """
 
 from __future__ import annotations
@@ -94,17 +99,25 @@ def evaluator_benchmark(options: BenchOptions) -> dict[str, Any]:
         costs.append(candidate_costs(candidate, options.evaluation))
     spread_candidate = next((c for c in candidates if c.slug == SPREAD_SLUG), candidates[0])
     options.progress(f"timing {spread_candidate.slug} {options.repeats} times")
-    speedups = repeated_speedups(spread_candidate, options.repeats, options.evaluation)
-    deviations = spread(speedups)
+    timed = repeated_timings(spread_candidate, options.repeats, options.evaluation)
+    speedups = [float(t["speedup"]) for t in timed]
+    latencies = [float(t["candidate"]["median_ms"]) for t in timed]
+    deviations, latency_deviations = spread(speedups), spread(latencies)
+    baseline_deviations = [abs(float(t["vs_baseline"]) - 1) for t in timed]
     return {
         "overhead_fraction": statistics.median(c.overhead_fraction for c in costs),
         "compile_cache_speedup": statistics.median(c.compile_cache_speedup for c in costs),
         "spread_median": statistics.median(deviations),
         "spread_p90": float(np.percentile(deviations, 90)),
+        "latency_spread_median": statistics.median(latency_deviations),
+        "latency_spread_p90": float(np.percentile(latency_deviations, 90)),
+        "baseline_spread_median": statistics.median(baseline_deviations),
+        "baseline_spread_p90": float(np.percentile(baseline_deviations, 90)),
         "settings": options.evaluation.as_json(),
         "candidates": [asdict(c) for c in costs],
-        "spread": {"slug": spread_candidate.slug, "speedups": speedups},
-    }
+        "spread": {"slug": spread_candidate.slug, "speedups": speedups,
+                   "latencies_ms": latencies},
+    }  # fmt: skip
 
 
 def builtin_candidates(slugs: tuple[str, ...]) -> list[Candidate]:
@@ -150,9 +163,11 @@ def seconds(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def evaluate(candidate: Candidate, evaluation: EvalSettings) -> dict[str, Any]:
+def evaluate(candidate: Candidate, evaluation: EvalSettings,
+             baseline_source: str | None = None) -> dict[str, Any]:  # fmt: skip
     try:
-        verdict = evaluate_candidate(candidate.operator, candidate.source, evaluation)
+        verdict = evaluate_candidate(candidate.operator, candidate.source, evaluation,
+                                     baseline_source)  # fmt: skip
     except EvaluationError as error:
         raise BenchmarkError(f"{candidate.slug}: the evaluation failed: {error}") from None
     timed = verdict.get("timed") or {}
@@ -162,13 +177,15 @@ def evaluate(candidate: Candidate, evaluation: EvalSettings) -> dict[str, Any]:
     return verdict
 
 
-def repeated_speedups(candidate: Candidate, repeats: int, evaluation: EvalSettings) -> list[float]:
-    return [float(evaluate(candidate, evaluation)["timed"]["speedup"]) for _ in range(repeats)]
+def repeated_timings(candidate: Candidate, repeats: int,
+                     evaluation: EvalSettings) -> list[dict[str, Any]]:  # fmt: skip
+    """Each evaluation times the candidate beside itself as the baseline as well."""
+    return [evaluate(candidate, evaluation, candidate.source)["timed"] for _ in range(repeats)]
 
 
-def spread(speedups: list[float]) -> list[float]:
-    middle = statistics.median(speedups)
-    return [abs(s / middle - 1) for s in speedups]
+def spread(values: list[float]) -> list[float]:
+    middle = statistics.median(values)
+    return [abs(v / middle - 1) for v in values]
 
 
 # --- the plain report -------------------------------------------------------------------------
@@ -204,6 +221,12 @@ def evaluator_table(report: dict[str, Any]) -> str:
         f"spread_median          {report['spread_median']:.3f}  (|speedup / median - 1| over "
         f"{len(spread_of['speedups'])} evaluations of {spread_of['slug']})",
         f"spread_p90             {report['spread_p90']:.3f}",
+        f"latency_spread_median  {report['latency_spread_median']:.3f}  (|latency / median - 1| "
+        "over the same evaluations)",
+        f"latency_spread_p90     {report['latency_spread_p90']:.3f}",
+        f"baseline_spread_median {report['baseline_spread_median']:.3f}  (|vs_baseline - 1|, the "
+        "candidate timed beside itself in each evaluation)",
+        f"baseline_spread_p90    {report['baseline_spread_p90']:.3f}",
     ])  # fmt: skip
 
 

@@ -62,6 +62,10 @@ class EvalSettings:
     profile: bool = False
     debug: bool = False
     extra_flags: tuple[str, ...] = ()
+    # The kernel the candidate changed (a stored source's sha256, and its flags): timed beside
+    # it in the same process, so the two compare under the same conditions.
+    baseline_sha256: str = ""
+    baseline_flags: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> EvalSettings:
@@ -71,8 +75,16 @@ class EvalSettings:
         }  # fmt: skip
         return cls(**{**defaults, **overrides})
 
+    @classmethod
+    def from_json(cls, stored: dict[str, Any]) -> EvalSettings:
+        return cls(**{**stored, "extra_flags": tuple(stored.get("extra_flags", ())),
+                      "baseline_flags": tuple(stored.get("baseline_flags", ()))})  # fmt: skip
+
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.baseline_sha256:  # so settings stored before baselines keep their key
+            del data["baseline_sha256"], data["baseline_flags"]
+        return data
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.as_json(), sort_keys=True).encode()).hexdigest()
@@ -107,9 +119,11 @@ class Run:
 
 
 def evaluate_candidate(
-    operator: OperatorUnderTest, source: str, options: EvalSettings
-) -> dict[str, Any]:
+    operator: OperatorUnderTest, source: str, options: EvalSettings,
+    baseline_source: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     verdict = new_verdict(options)
+    baseline = baseline_build(baseline_source, options) if baseline_source else None
     try:
         build = compile_kernel(source, options.extra_flags)
     except FlagsRejected as error:
@@ -128,7 +142,7 @@ def evaluate_candidate(
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace() as workspace:
         try:
-            verdict = run_in(workspace, operator, source, build.path, options, verdict)
+            verdict = run_in(workspace, operator, source, build.path, options, verdict, baseline)
         except OSError as error:
             if error.errno != errno.ENOSPC:
                 raise
@@ -138,6 +152,18 @@ def evaluate_candidate(
         if work_dir_full(workspace.root):
             raise EvaluationError(no_space(workspace.root))
         return verdict
+
+
+def baseline_build(source: str, options: EvalSettings) -> Path:
+    """The baseline's shared object: it was a correct candidate once, so any fault is ours."""
+    try:
+        path = compile_kernel(source, options.baseline_flags).path
+    except (FlagsRejected, CompileError) as error:
+        raise EvaluationError(f"the baseline kernel no longer builds: {error}") from None
+    problems = symbol_problems(path)
+    if problems:
+        raise EvaluationError(f"the baseline kernel is refused: {'; '.join(problems)}")
+    return path
 
 
 FULL_BELOW_BYTES = 64 * 1024
@@ -155,7 +181,8 @@ def no_space(root: Path) -> str:
 
 
 def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, shared_object: Path,
-           options: EvalSettings, verdict: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+           options: EvalSettings, verdict: dict[str, Any],
+           baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
     runs = plan_runs(operator, options.seeds)
     generate(workspace, operator, runs)
     copy_inputs_for_repeats(workspace, runs)
@@ -177,7 +204,10 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, share
             f"nondeterministic output on {', '.join(sorted(set(nondeterministic)))}"
         )
     if options.timing:
-        verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"])
+        if baseline is not None:
+            shutil.copyfile(baseline, workspace.sandbox / "baseline.so")
+        verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"],
+                                          with_baseline=baseline is not None)  # fmt: skip
     if options.profile:
         verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"))
     if options.debug:
@@ -613,7 +643,8 @@ def custom_checks(workspace: Workspace, operator: OperatorUnderTest, runs: list[
 
 
 def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run],
-                   options: EvalSettings, flags: list[str]) -> dict[str, Any]:  # fmt: skip
+                   options: EvalSettings, flags: list[str], *,
+                   with_baseline: bool = False) -> dict[str, Any]:  # fmt: skip
     timing_runs = [r for r in runs if r.timing and r.repeat_of is None]
     if not timing_runs:
         return {"ok": False, "reason": f"{operator.label} has no timing case for {TARGET}"}
@@ -631,13 +662,14 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
     manifest = {
         "mode": "timing",
         "kernel_so": "kernel.so",
+        "baseline_so": "baseline.so" if with_baseline else None,
         "threads": options.threads,
         "timing": plan,
     }
     try:
-        measured = run_timing_harness(
-            workspace, manifest, options, with_scaling=scaling is not None
-        )
+        measured = run_timing_harness(workspace, manifest, options,
+                                      with_scaling=scaling is not None,
+                                      with_baseline=with_baseline)  # fmt: skip
     except TimingRefused as error:
         flags.append(f"timing refused: {error}")
         return {"ok": False, "reason": str(error)}
@@ -689,31 +721,47 @@ class Channel:
         return arrived
 
 
-def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool) -> dict[str, Any]:
-    reference_ns, candidate_ns, scaling_ns = [], [], []
+def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
+                 with_baseline: bool = False) -> dict[str, Any]:  # fmt: skip
+    reference_ns: list[int] = []
+    timed_ns: dict[bytes, list[int]] = {b"c": [], b"b": []}
+    scaling_ns = []
     for iteration in range(options.warmup + options.repeats):
-        nonce, sent = channel.order(b"g", iteration)
-        reference_done = channel.expect(b"r", iteration, nonce)
-        candidate_done = channel.expect(b"c", iteration, nonce)
+        order = timed_order(iteration, with_baseline)
+        nonce, sent = channel.order(b"h" if order == (b"c", b"b") else b"g", iteration)
+        reference_done = previous = channel.expect(b"r", iteration, nonce)
+        for tag in order:
+            done = channel.expect(tag, iteration, nonce)
+            if iteration >= options.warmup:
+                timed_ns[tag].append(done - previous)
+            previous = done
         if iteration >= options.warmup:
             reference_ns.append(reference_done - sent)
-            candidate_ns.append(candidate_done - reference_done)
     for iteration in range(scaling_repeats(options) if with_scaling else 0):
         nonce, sent = channel.order(b"s", iteration)
         scaling_ns.append(channel.expect(b"s", iteration, nonce) - sent)
     nonce, _ = channel.order(b"l", 0)
     channel.expect(b"l", 0, nonce)
     channel.order(b"q", 0)
-    return {"reference_ns": reference_ns, "candidate_ns": candidate_ns, "scaling_ns": scaling_ns,
-            "status": 0}  # fmt: skip
+    return {"reference_ns": reference_ns, "candidate_ns": timed_ns[b"c"],
+            "baseline_ns": timed_ns[b"b"], "scaling_ns": scaling_ns, "status": 0}  # fmt: skip
+
+
+def timed_order(iteration: int, with_baseline: bool) -> tuple[bytes, ...]:
+    """The replies after the reference's: the baseline's and the candidate's, in turn first."""
+    if not with_baseline:
+        return (b"c",)
+    return (b"b", b"c") if iteration % 2 == 0 else (b"c", b"b")
 
 
 def scaling_repeats(options: EvalSettings) -> int:
     return max(5, options.repeats // 5)
 
 
-def run_timing_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalSettings,
-                       *, with_scaling: bool) -> dict[str, Any]:  # fmt: skip
+def run_timing_harness(
+    workspace: Workspace, manifest: dict[str, Any], options: EvalSettings, *,
+    with_scaling: bool, with_baseline: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     go_read, go_write = os.pipe()
     report_read, report_write = os.pipe()
     manifest["channel"] = {"go": go_read, "report": report_write}
@@ -722,9 +770,8 @@ def run_timing_harness(workspace: Workspace, manifest: dict[str, Any], options: 
     os.close(report_write)
     deadline = time.monotonic() + settings.KOPE_EVAL_TIMEOUT_S
     try:
-        return drive_timing(
-            Channel(go_write, report_read, deadline), options, with_scaling=with_scaling
-        )
+        return drive_timing(Channel(go_write, report_read, deadline), options,
+                            with_scaling=with_scaling, with_baseline=with_baseline)  # fmt: skip
     except TimingRefused as error:
         kill_group(child)
         raise TimingRefused(f"{error}{crash_detail(child.returncode, log)}") from None
@@ -773,6 +820,10 @@ def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], option
         "candidate": candidate, "reference": reference, "speedup": speedup,
         "candidate_samples_ms": [n / 1e6 for n in result["candidate_ns"]],
     }  # fmt: skip
+    if result.get("baseline_ns"):
+        summary["baseline"] = stats_ms(result["baseline_ns"])
+        summary["vs_baseline"] = summary["baseline"]["median_ms"] / max(candidate["median_ms"],
+                                                                         1e-9)  # fmt: skip
     if not summary["ok"]:
         summary["reason"] = "the last timed call's output was wrong (results cached between calls?)"
         flags.append("wrong output on a timed call")

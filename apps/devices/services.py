@@ -113,14 +113,25 @@ def evaluation_execute(
     evaluation = claim_attempt(evaluation_id, max_attempts, worker, only_if_queued=only_if_queued)
     if evaluation is None:
         return Evaluation.objects.get(pk=evaluation_id)
-    stored = evaluation.options
-    options = EvalSettings(**{**stored, "extra_flags": tuple(stored["extra_flags"])})
+    options = EvalSettings.from_json(evaluation.options)
     operator = operator_under_test(evaluation.version)
+    evaluate = target_get(evaluation.target).evaluate
     try:
-        verdict = target_get(evaluation.target).evaluate(operator, evaluation.source.text, options)
+        if options.baseline_sha256:
+            verdict = evaluate(operator, evaluation.source.text, options,
+                               baseline_source=baseline_text(options.baseline_sha256))  # fmt: skip
+        else:
+            verdict = evaluate(operator, evaluation.source.text, options)
     except EvaluationError as error:
         return evaluation_fail(evaluation, str(error))
     return evaluation_record(evaluation, verdict)
+
+
+def baseline_text(sha256: str) -> str:
+    stored = KernelSource.objects.filter(sha256=sha256).first()
+    if stored is None:
+        raise EvaluationError(f"the baseline kernel {sha256[:12]} is not stored")
+    return stored.text
 
 
 def running_evaluations(queue: str) -> dict[int, str]:

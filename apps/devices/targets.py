@@ -24,6 +24,8 @@ class Target:
     queue: str  # the Celery queue of the device workers that own this target's devices
     tools: tuple[str, ...]  # diagnostics offered on request
     evaluate: Callable[..., dict[str, Any]]  # (OperatorUnderTest, source, EvalSettings) -> verdict
+    # Whether `evaluate` takes baseline_source=: the parent kernel, timed beside the candidate.
+    times_baseline: bool = False
     # What this host can do with the target: (usable, what there is or why not).
     availability: Callable[[], tuple[bool, str]] = lambda: (True, "")
 
@@ -45,6 +47,7 @@ CPU_C = Target(
     queue="device.cpu",
     tools=("cachegrind profile", "ASan + UBSan run", "KOPE_DUMP buffer dumps"),
     evaluate=_evaluate_cpu_c,
+    times_baseline=True,
 )
 
 

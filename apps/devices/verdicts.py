@@ -69,12 +69,16 @@ def _timed(timed: dict[str, Any] | None) -> list[str]:
     if "candidate" not in timed:
         return [f"timed: no ({timed.get('reason', '')})"]
     calls = f"{timed['repeats']} calls each, alternated, {timed['threads']} thread(s)"
-    return [
+    lines = [
         f"timed on {timed['case_id']} ({calls}):",
         f"  candidate {_stats(timed['candidate'])}",
         f"  reference {_stats(timed['reference'])}",
         f"  speedup vs PyTorch eager: {timed['speedup']:.2f}x",
     ]
+    if "baseline" in timed:
+        lines[3:3] = [f"  baseline (the kernel it changed) {_stats(timed['baseline'])}"]
+        lines.append(f"  speedup vs the baseline, timed beside it: {timed['vs_baseline']:.2f}x")
+    return lines
 
 
 def _number(value: float | str) -> str:

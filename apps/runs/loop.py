@@ -44,6 +44,7 @@ from apps.agents.policy import (
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, KernelSource
 from apps.devices.services import kernel_source_store
+from apps.devices.targets import target_get
 from apps.devices.verdicts import describe_verdict
 from apps.memory.journal import journal_append, journal_record, step_done
 from apps.memory.learning import correctness_stage_score, optimization_stage_score
@@ -425,7 +426,21 @@ class Iteration:
             repeats=m.repeats,
             threads=candidate.threads,
             extra_flags=tuple(candidate.flags),
+            **self.baseline_for(candidate),
         )
+
+    def baseline_for(self, candidate: Candidate) -> dict[str, Any]:
+        """The parent, timed beside the candidate, when it is a correct, timed kernel at the same
+        threads (one process runs both): timings taken minutes apart differ by more than many
+        real gains on a shared host, timings taken side by side do not."""
+        parent = self.parent_case()
+        if not target_get(self.config.target).times_baseline or not timed_kernel(parent):
+            return {}
+        assert parent is not None and parent.source is not None
+        ran = candidate_of_case(parent)
+        if ran.threads != candidate.threads:
+            return {}
+        return {"baseline_sha256": parent.source.sha256, "baseline_flags": tuple(ran.flags)}
 
     def report_verdict(self, evaluation: Evaluation) -> None:
         verdict = evaluation.verdict or {}
@@ -469,7 +484,7 @@ class Iteration:
                 "retrieved": retrieved, "adopted": adopted,
             })  # fmt: skip
             case = Case.objects.get(pk=event.pk)
-            if faster(case, incumbent):
+            if replaces_incumbent(case, incumbent):
                 self.append("incumbent_replaced", {
                     "operator": self.entry.slug, "iteration": self.n, "case_id": case.pk,
                     "previous_case_id": incumbent.pk if incumbent else None,
@@ -625,12 +640,17 @@ def strategy_tags(candidate: Candidate) -> list[str]:
     return tags + list(candidate.flags)
 
 
-def faster(case: Case, incumbent: Case | None) -> bool:
-    if not case.correct or case.latency_ms is None or case.feedback.get("same_binary"):
+def timed_kernel(case: Case | None) -> bool:
+    return (case is not None and case.correct and case.latency_ms is not None
+            and case.source is not None)  # fmt: skip
+
+
+def replaces_incumbent(case: Case, incumbent: Case | None) -> bool:
+    """The first correct, timed kernel; after it, one judged faster than its parent, which is
+    the incumbent."""
+    if not case.correct or case.latency_ms is None:
         return False
-    if incumbent is None or incumbent.latency_ms is None:
-        return True
-    return case.latency_ms < incumbent.latency_ms * (1 - IMPROVEMENT_MARGIN)
+    return incumbent is None or case.outcome == "improved"
 
 
 def operator_summary(slug: str, reason: str, progress: Progress) -> dict[str, Any]:
@@ -683,6 +703,15 @@ def binary_hash(evaluation: Evaluation) -> str | None:
     return compiled.get("sha256") if compiled.get("ok") else None
 
 
+def speedup_over_parent(timed: dict[str, Any], latency_ms: float,
+                        parent_latency_ms: float | None) -> float | None:  # fmt: skip
+    """Side by side when the evaluation timed the parent as its baseline; otherwise against the
+    parent's own timing, taken earlier."""
+    if "vs_baseline" in timed:
+        return float(timed["vs_baseline"])
+    return parent_latency_ms / latency_ms if parent_latency_ms else None
+
+
 def judge(evaluation: Evaluation, parent_latency_ms: float | None,
           same_binary: bool = False) -> Judged:  # fmt: skip
     if evaluation.status != Evaluation.Status.DONE or not evaluation.verdict:
@@ -718,7 +747,7 @@ def judge(evaluation: Evaluation, parent_latency_ms: float | None,
                     "summary": f"{SAME_BINARY_NOTE}\n{summary}"[:3000]}  # fmt: skip
         return Judged("no_change", True, latency, float(timed["speedup"]), 1.0, validation,
                       feedback)  # fmt: skip
-    vs_parent = parent_latency_ms / latency if parent_latency_ms else None
+    vs_parent = speedup_over_parent(timed, latency, parent_latency_ms)
     outcome = "no_change"
     if vs_parent is not None and vs_parent > 1 / (1 - IMPROVEMENT_MARGIN):
         outcome = "improved"

@@ -18,6 +18,7 @@ from apps.devices.services import (
     evaluation_execute,
     evaluation_request,
     evaluation_start,
+    kernel_source_store,
     operator_under_test,
 )
 from apps.operators.builtin_suite import read_builtin_suite
@@ -225,6 +226,57 @@ def test_an_honest_timing_raises_no_flag() -> None:
     flags: list[str] = []
     summary = timing_summary(big, small, measured(10.0, 20.0, 0.2), EvalSettings(repeats=5), flags)
     assert summary["speedup"] == pytest.approx(2.0) and flags == []
+
+
+def three_times(source: str) -> str:
+    """The same kernel doing its whole work three times over."""
+    return (f"#define kope_kernel static kope_once\n{source}\n#undef kope_kernel\n"
+            "int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,\n"
+            "                int32_t n_outputs, const double *attrs, int32_t n_attrs) {\n"
+            "    int status = 0;\n"
+            "    for (int rep = 0; rep < 3 && status == 0; ++rep)\n"
+            "        status = kope_once(inputs, n_inputs, outputs, n_outputs, attrs, n_attrs);\n"
+            "    return status;\n}\n")  # fmt: skip
+
+
+def test_a_stored_baseline_is_timed_beside_the_candidate_in_its_process(db: None) -> None:
+    """The loop sends the parent as the baseline: timed in turn with the candidate, a parent
+    doing three times the work is seen about three times slower."""
+    version = stored_builtin("gemm")
+    naive = next(f for f in read_builtin_suite() if f.spec.slug == "gemm").naive_source
+    slow = kernel_source_store(three_times(naive))
+    options = EvalSettings(seeds=1, warmup=1, repeats=6, baseline_sha256=slow.sha256)
+    evaluation, _ = evaluation_request(version=version, source_text=naive, options=options)
+
+    verdict = evaluation_execute(evaluation.pk, max_attempts=1).verdict
+
+    timed = verdict["timed"]
+    assert verdict["status"] == "correct" and timed["ok"], verdict
+    assert timed["baseline"]["samples"] == timed["candidate"]["samples"] == 6
+    assert 2.0 < timed["vs_baseline"] < 4.5, timed
+    assert timed["vs_baseline"] == pytest.approx(
+        timed["baseline"]["median_ms"] / timed["candidate"]["median_ms"]
+    )
+    assert EvalSettings.from_json(evaluation.options) == options
+
+
+def test_a_baseline_that_is_not_stored_fails_the_evaluation_with_why(db: None) -> None:
+    version = stored_builtin("gemm")
+    naive = next(f for f in read_builtin_suite() if f.spec.slug == "gemm").naive_source
+    options = EvalSettings(seeds=1, warmup=1, repeats=2, baseline_sha256="ab" * 32)
+    evaluation, _ = evaluation_request(version=version, source_text=naive, options=options)
+
+    failed = evaluation_execute(evaluation.pk, max_attempts=1)
+
+    assert (
+        failed.status == "failed" and "baseline kernel abababababab is not stored" in failed.error
+    )
+
+
+def test_settings_without_a_baseline_keep_the_key_they_were_stored_under() -> None:
+    plain = EvalSettings(seeds=2, extra_flags=("-funroll-loops",))
+    assert "baseline_sha256" not in plain.as_json()
+    assert EvalSettings.from_json(plain.as_json()) == plain
 
 
 def test_a_verdict_with_infinite_errors_is_stored_and_told(db: None) -> None:

@@ -13,12 +13,13 @@ from apps.accounts.roles import Role
 from apps.agents.policy import Candidate, Proposal, Situation
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTransition
 from apps.memory.values import summarizer
 from apps.operators.models import OperatorVersion, StartingKernel
 from apps.runs.config import Budgets, Measurement
 from apps.runs.event_text import event_summary
-from apps.runs.loop import advance, candidate_of_case, evaluate_here
+from apps.runs.loop import advance, candidate_of_case, evaluate_here, judge
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create, session_pause, session_resume, session_stop
@@ -335,6 +336,10 @@ def test_a_change_gcc_compiles_away_is_no_change_however_it_timed(db: None, thre
     case = Case.objects.get(session=session, iteration=1)
     assert case.correct and case.latency_ms == pytest.approx(start.latency_ms / 2)
     replaced = [e.payload["case_id"] for e in events(session, "incumbent_replaced")]
+    baseline = Evaluation.objects.get(pk=case.feedback["evaluation_id"]).options.get(
+        "baseline_sha256"
+    )
+    assert baseline == (start.source.sha256 if threads == 1 else None)  # one process, one count
     if threads == 1:
         assert case.outcome == "no_change" and case.speedup_vs_parent == 1.0
         assert case.feedback["same_binary"] and "very shared object" in case.feedback["summary"]
@@ -342,3 +347,20 @@ def test_a_change_gcc_compiles_away_is_no_change_however_it_timed(db: None, thre
     else:
         assert case.outcome == "improved" and case.speedup_vs_parent == pytest.approx(2.0)
         assert replaced == [start.pk, case.pk]
+
+
+def test_a_parent_timed_beside_the_candidate_decides_over_its_own_older_timing() -> None:
+    def stats(median_ms: float) -> dict[str, float]:
+        return {"median_ms": median_ms, "mean_ms": median_ms, "min_ms": median_ms, "samples": 5}
+
+    timed = {"ok": True, "case_id": "timing", "repeats": 5, "threads": 1,
+             "candidate": stats(10.0), "reference": stats(20.0), "baseline": stats(15.0),
+             "speedup": 2.0, "vs_baseline": 1.5}  # fmt: skip
+    environment = {"compiler": "gcc", "cpu_model": "x86-64", "threads": 1, "flags": []}
+    evaluation = Evaluation(status="done", verdict={"status": "correct", "timed": timed,
+                                                    "environment": environment})  # fmt: skip
+
+    judged = judge(evaluation, parent_latency_ms=5.0)  # alone, the parent looked twice as fast
+
+    assert (judged.outcome, judged.speedup_vs_parent) == ("improved", 1.5)
+    assert "speedup vs the baseline, timed beside it: 1.50x" in judged.feedback["summary"]

@@ -188,10 +188,13 @@ KIND_PARAMS = {"flags": "set"}
 def move_of(label: str) -> str:
     """What a case's evidence speaks for: the strategy's name, or `flags(set=fast_math)`."""
     name = strategy_name(label)
-    kind = label_params(label.strip().splitlines()[0] if label.strip() else "").get(
-        KIND_PARAMS.get(name, ""), ""
-    )
+    kind = label_params(first_line(label)).get(KIND_PARAMS.get(name, ""), "")
     return f"{name}({KIND_PARAMS[name]}={kind})" if kind else name
+
+
+def first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def speaks_for(evidence_move: str, move: str) -> bool:

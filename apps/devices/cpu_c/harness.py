@@ -115,6 +115,10 @@ def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
 
 # --- timing: the judge's clock, candidate and reference alternated on the same inputs --------
 #
+# With a baseline (the kernel the candidate changed), each order times it too, next to the
+# candidate: GO runs the baseline before the candidate, SWAPPED after it, and the judge
+# alternates the two so neither always runs on the caches the other warmed.
+#
 # The judge drives every call through a pipe and timestamps the replies itself: nothing this
 # process says about time is trusted. Each order carries an iteration number and a nonce the
 # reply must repeat; the seccomp filter stops the kernel closing or replacing these two
@@ -122,7 +126,8 @@ def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
 # the judge sees it.
 
 RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status
-GO, SMALL, LAST, QUIT = b"g", b"s", b"l", b"q"
+GO, SWAPPED, SMALL, LAST, QUIT = b"g", b"h", b"s", b"l", b"q"
+BASELINE = b"b"  # also the tag of the baseline's reply; the candidate's is b"c"
 
 
 def read_record(fd: int) -> tuple[bytes, int, int]:
@@ -164,6 +169,8 @@ def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     }
     if small is not None:
         calls[SMALL] = Call(kernel, small[0], small[1], plan["scaling"]["attrs"])
+    if manifest.get("baseline_so"):
+        calls[BASELINE] = Call(load_kernel(manifest["baseline_so"]), inputs, scratch, run["attrs"])
     serve_orders(go, report, calls, lambda: reference.compute(given, run["params"]), last)
     return {}
 
@@ -174,10 +181,14 @@ def serve_orders(go: int, report: int, calls: dict[bytes, Call], reference: Call
         tag, iteration, nonce = read_record(go)
         if tag == QUIT:
             return
-        if tag == GO:
+        if tag in (GO, SWAPPED):
             reference()
             reply(report, b"r", iteration, nonce)
-        elif tag == LAST:
+            for timed in timed_order(tag, calls):
+                status = calls[timed]()
+                reply(report, b"c" if timed == GO else timed, iteration, nonce, status)
+            continue
+        if tag == LAST:
             for array in last:
                 blank(array)
         status = calls[tag]()
@@ -185,7 +196,13 @@ def serve_orders(go: int, report: int, calls: dict[bytes, Call], reference: Call
             for array in last:
                 if isinstance(array, np.memmap):
                     array.flush()
-        reply(report, tag if tag != GO else b"c", iteration, nonce, status)
+        reply(report, tag, iteration, nonce, status)
+
+
+def timed_order(tag: bytes, calls: dict[bytes, Call]) -> tuple[bytes, ...]:
+    if BASELINE not in calls:
+        return (GO,)
+    return (BASELINE, GO) if tag == GO else (GO, BASELINE)
 
 
 def _scaling_call_inputs(plan: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
