@@ -430,15 +430,17 @@ class Iteration:
         )
 
     def baseline_for(self, candidate: Candidate) -> dict[str, Any]:
-        """The parent, timed beside the candidate, when it is a correct, timed kernel at the same
-        threads (one process runs both): timings taken minutes apart differ by more than many
-        real gains on a shared host, timings taken side by side do not."""
+        """The parent, timed beside the candidate, when it is a correct, timed kernel that runs
+        as it ran at the candidate's threads (one process runs both): timings taken minutes
+        apart differ by more than many real gains on a shared host, side by side they do not."""
         parent = self.parent_case()
         if not target_get(self.config.target).times_baseline or not timed_kernel(parent):
             return {}
         assert parent is not None and parent.source is not None
         ran = candidate_of_case(parent)
-        if ran.threads != candidate.threads:
+        # Without a parallel region the thread count changes nothing (the parallel loop's
+        # first candidate, which brings the cores, is compared with its serial parent).
+        if ran.threads != candidate.threads and "omp parallel" in parent.source.text:
             return {}
         return {"baseline_sha256": parent.source.sha256, "baseline_flags": tuple(ran.flags)}
 

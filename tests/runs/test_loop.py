@@ -318,7 +318,8 @@ class Commenting:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_change_gcc_compiles_away_is_no_change_however_it_timed(db: None, threads: int) -> None:
     """A comment compiles to the parent's very binary: with the same threads a lucky timing is
-    noise (no_change, 1.0x, the incumbent stays); with other threads it is another kernel."""
+    noise (no_change, 1.0x, the incumbent stays); with other threads it is another kernel, and
+    the parent timed beside it (serial, so its thread count changes nothing) judges it."""
     stored_builtin("vector_add")
     session = launch(TeamFactory(), ["vector_add"], rounds=2, mode="off")
     assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)  # the start
@@ -335,18 +336,17 @@ def test_a_change_gcc_compiles_away_is_no_change_however_it_timed(db: None, thre
 
     case = Case.objects.get(session=session, iteration=1)
     assert case.correct and case.latency_ms == pytest.approx(start.latency_ms / 2)
+    evaluation = Evaluation.objects.get(pk=case.feedback["evaluation_id"])
+    assert evaluation.options["baseline_sha256"] == start.source.sha256
     replaced = [e.payload["case_id"] for e in events(session, "incumbent_replaced")]
-    baseline = Evaluation.objects.get(pk=case.feedback["evaluation_id"]).options.get(
-        "baseline_sha256"
-    )
-    assert baseline == (start.source.sha256 if threads == 1 else None)  # one process, one count
     if threads == 1:
         assert case.outcome == "no_change" and case.speedup_vs_parent == 1.0
         assert case.feedback["same_binary"] and "very shared object" in case.feedback["summary"]
         assert replaced == [start.pk]
     else:
-        assert case.outcome == "improved" and case.speedup_vs_parent == pytest.approx(2.0)
-        assert replaced == [start.pk, case.pk]
+        assert "same_binary" not in case.feedback
+        assert case.speedup_vs_parent == evaluation.verdict["timed"]["vs_baseline"]
+        assert case.speedup_vs_parent < 1.5  # the lucky 2x was never the comparison
 
 
 def test_a_parent_timed_beside_the_candidate_decides_over_its_own_older_timing() -> None:
