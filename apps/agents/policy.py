@@ -69,6 +69,10 @@ class Attempt:
     verdict_summary: str  # a few lines: compile errors, failing cases, timing
 
 
+# What a case's outcome is when its candidate broke the kernel rather than timing slower.
+FAILED_OUTCOMES = frozenset({"incorrect", "crashed", "compile_error", "timed_out", "rejected"})
+
+
 @dataclass(frozen=True)
 class Situation:
     session_id: int
@@ -85,6 +89,7 @@ class Situation:
     retrieved: list[Hit] = field(default_factory=list)
     hot_rules: list[dict[str, Any]] = field(default_factory=list)  # {"key", "statement", ...}
     seed: int = 0
+    broke: frozenset[str] = frozenset()  # strategies whose candidates of this operator failed
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from django.utils import timezone
 from apps.agents.coldstart import cold_start_documents
 from apps.agents.context import ContextItem, PackedContext, Tier, pack
 from apps.agents.policy import (
+    FAILED_OUTCOMES,
     Attempt,
     Candidate,
     OperatorBrief,
@@ -371,12 +372,15 @@ class Iteration:
             c.strategy for c in self.progress.cases
             if incumbent is not None and c.parent_id == incumbent.case_id
         )  # fmt: skip
+        broke = frozenset(c.strategy for c in self.progress.cases
+                          if c.outcome in FAILED_OUTCOMES)  # fmt: skip
         return Situation(
             session_id=self.session.pk, team_id=self.session.team_id, target=self.config.target,
             operator=brief_of(self.version), iteration=self.n,
             stage="optimization" if incumbent else "correctness",
             rounds_left=self.config.budgets.rounds - self.n, incumbent=incumbent, latest=latest,
             tried=tried, context=packed, retrieved=hits, hot_rules=rules, seed=self.config.seed,
+            broke=broke,
         )  # fmt: skip
 
     def memory(self) -> tuple[list[Hit], list[dict[str, Any]]]:
@@ -731,8 +735,7 @@ def judge(evaluation: Evaluation, parent_latency_ms: float | None,
     validation = {"cases": (verdict.get("correct") or {}).get("cases", [])[:50]}
     status = verdict["status"]
     if status != "correct":
-        outcome = status if status in ("compile_error", "incorrect", "crashed", "timed_out",
-                                       "rejected") else "crashed"  # fmt: skip
+        outcome = status if status in FAILED_OUTCOMES else "crashed"
         return Judged(outcome, False, validation=validation, feedback=feedback)
     timed = verdict.get("timed") or {}
     if not timed.get("ok") or "candidate" not in timed:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from apps.accounts.models import Team
 from apps.agents.offline.policy import (
     Evidence,
     OfflineSearchPolicy,
     evidence_for,
     move_of,
+    moves,
     strategy_name,
 )
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
@@ -100,3 +103,33 @@ def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_s
     assert evidence_for("flags(set=fast_math)", [unrolled]) == 0
     rule = Evidence("rule:7", "flags", 0.5, 1.0, "an approved rule on flags")
     assert evidence_for("flags(set=fast_math)", [rule]) > 0
+
+
+def test_the_parallel_loop_goes_on_the_outermost_loop_first(team: Team) -> None:
+    """gather_rows: a parallel region on the inner loop forks and joins once per row."""
+    assert first_move(situation(team, "gather_rows", "indexing", [])) == (
+        "omp_parallel_for(loop=L0, schedule=static)"
+    )
+
+
+def test_what_another_loop_of_this_very_kernel_did_is_no_evidence(team: Team) -> None:
+    inner = "omp_parallel_for(loop=L1, schedule=static)"
+    inner_lost = improved_case(team, "gather_rows", inner, speedup=0.14)
+    here = replace(situation(team, "gather_rows", "indexing", [inner_lost]),
+                   tried=frozenset({inner}))  # fmt: skip
+
+    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "omp_parallel_for(loop=L0, schedule=static)"
+    assert proposal.adopted == []
+
+
+def test_a_flag_set_that_broke_this_operator_is_not_offered_again(team: Team) -> None:
+    sigmoid = situation(team, "sigmoid", "activation", [])
+    assert "flags(set=fast_math)" in [c.strategy for c in moves(sigmoid)]
+
+    after_it_broke = replace(sigmoid, broke=frozenset({"flags(set=fast_math)"}))
+
+    offered = [c.strategy for c in moves(after_it_broke)]
+    assert "flags(set=fast_math)" not in offered and "flags(set=fp_contract)" in offered

@@ -32,7 +32,7 @@ from apps.agents.offline.transforms import (
     apply,
     strategy_from_label,
 )
-from apps.agents.policy import Candidate, Proposal, Situation, Tools
+from apps.agents.policy import FAILED_OUTCOMES, Candidate, Proposal, Situation, Tools
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
@@ -53,7 +53,6 @@ REORDERING_FLAGS = ("flags(set=fast_math)", "flags(set=fp_contract)")
 REORDERING_PAYS_ON = frozenset({"math-calls", "reduction"})
 PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
-FAILED_OUTCOMES = frozenset({"incorrect", "crashed", "compile_error", "timed_out", "rejected"})
 FAILURE_GAIN = -1.0
 OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for less
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
@@ -122,7 +121,10 @@ def moves(situation: Situation) -> list[Candidate]:
     candidates = source_moves(base)
     candidates += thread_moves(base)
     candidates += flag_moves(base, fast_math_allowed=situation.operator.fast_math_allowed)
-    return candidates
+    # A flag set that broke this operator once breaks it again on any kernel derived from
+    # that one: its tolerance is the operator's, not the kernel's.
+    return [c for c in candidates
+            if not (c.strategy.startswith("flags(") and c.strategy in situation.broke)]  # fmt: skip
 
 
 def source_moves(base: Candidate) -> list[Candidate]:
@@ -224,6 +226,12 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
     )
     if case is None or case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
+    incumbent = situation.incumbent
+    if incumbent is not None and case.parent.source.text == incumbent.candidate.source:
+        # Made from this very kernel: its own strategy is tried already, and what it did says
+        # nothing sure about the same strategy on another loop of it (the inner loop's
+        # parallel region lost 7x on gather_rows; the outer one's gained 1.8x).
+        return None
     move = move_of(case.strategy)
     operator = case.version.operator
     family = 1.0 if operator.family == situation.operator.family else OTHER_FAMILY_FACTOR
@@ -291,7 +299,15 @@ def param_preference(label: str) -> float:
         for key, value in params.items()
         if key in PREFERRED_PARAMS and value in PREFERRED_PARAMS[key]
     ]
+    if strategy_name(label) == "omp_parallel_for":
+        ranks.append(loop_number(params.get("loop", "")))
     return -float(sum(ranks))
+
+
+def loop_number(loop: str) -> int:
+    """Loops are numbered in source order, so an outer loop comes before the loops inside it:
+    parallel outermost first, one fork and join per call rather than one per outer iteration."""
+    return int(loop[1:]) if loop[1:].isdigit() else 0
 
 
 def score_key(
