@@ -186,8 +186,10 @@ def profile_start(team: Team, case: Case, user: Any) -> Evaluation:
     options = dict(measured.options) if measured is not None else {}
     known = EvalSettings.__dataclass_fields__
     measured_with = EvalSettings.from_settings(**{k: v for k, v in options.items() if k in known})
+    # A profile is of the kernel alone: no baseline timed beside it.
     settings = replace(measured_with, seeds=1, profile=True, debug=False,
-                       extra_flags=tuple(measured_with.extra_flags))  # fmt: skip
+                       extra_flags=tuple(measured_with.extra_flags), baseline_sha256="",
+                       baseline_flags=())  # fmt: skip
     assert case.source is not None
     return evaluation_start(version=case.version, source_text=case.source.text, options=settings,
                             team=team, user=user, target=case.target)  # fmt: skip
