@@ -95,6 +95,12 @@ def test_on_a_streaming_kernel_the_parallel_loop_comes_before_float_reordering_f
     assert first_move(situation(team, "gelu", "activation", [])) == "flags(set=fast_math)"
 
 
+def test_a_convolution_is_lowered_to_a_gemm_first(team: Team) -> None:
+    assert first_move(situation(team, "conv2d", "convolution", [])) == (
+        "im2col_gemm(kc=512, loop=L1)"
+    )
+
+
 def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_set() -> None:
     assert move_of("flags(set=unroll_loops)") == "flags(set=unroll_loops)"
     assert move_of("tile(loop=L2, size=32)") == "tile"

@@ -39,7 +39,7 @@ STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 # Strategies that never change what a kernel computes (beyond rounding).
 LEGAL = {
     "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
-    "unroll", "packed_gemm",
+    "unroll", "packed_gemm", "im2col_gemm",
 }  # fmt: skip
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -260,6 +260,52 @@ def test_packed_gemm_refuses_what_is_not_a_float_matrix_product() -> None:
         apply(make("packed_gemm", loop="L0", kc=100), TRANSPOSED)
 
 
+def test_im2col_gemm_lowers_the_convolution_to_one_gemm() -> None:
+    offered = [s.label() for s in strategies_for("conv2d") if s.name == "im2col_gemm"]
+    assert offered == [f"im2col_gemm(kc={kc}, loop=L1)" for kc in (128, 256, 512)]
+    result = apply(make("im2col_gemm", loop="L1", kc=256), naive("conv2d"))
+    assert "const int64_t kope_depth = c * r * s;" in result
+    assert "kope_patches[(i * ow + j) * kope_depth + (ch * r + p) * s + q] = x[" in result
+    assert "kope_weights[o * kope_depth + (ch * r + p) * s + q] = weight[" in result
+    assert (
+        "kope_packed_gemm(k, kope_cols, kope_depth, kope_weights, kope_depth, 1, kope_patches, "
+        "1, kope_depth, kope_sums, kope_cols, 256);"
+    ) in result
+    assert "acc += kope_sums[o * kope_cols + i * ow + j];" in result
+    assert result.count("if (row < 0 || row >= h) continue;") == 2  # the fill, the fallback
+    assert result.count("static void kope_packed_gemm(") == 1
+    assert "return" not in result.split("kope_sums =")[1].split("return 0;")[0]  # no early exit
+
+
+def test_im2col_gemm_refuses_what_is_not_a_windowed_product() -> None:
+    source = naive("conv2d")
+    shapes = {
+        "only grow by +=": ("acc += (double)x", "acc -= (double)x"),
+        "reads more than o": ("weight[((o * c + ch) * r + p) * s + q]",
+                              "weight[((o * c + ch) * r + p) * s + j]"),
+        "not exactly one side": ("weight[((o * c + ch) * r + p) * s + q]",
+                                 "weight[((c + ch) * r + p) * s + q]"),
+        "not a window": ("int64_t col = j * stride - padding + q;",
+                         "int64_t col = j * stride - padding + q; y[0] = 0;"),
+        "the window writes padding": ("int64_t col = j * stride - padding + q;",
+                                      "int64_t col = j * stride - (padding = 1) + q;"),
+        "reads o outside the sum": ("if (row < 0 || row >= h) continue;",
+                                    "if (row < 0 || row >= h + o) continue;"),
+        "do not end in one store": ("y[((b * k + o) * oh + i) * ow + j] = (float)acc;",
+                                    "y[((b * k + o) * oh + i) * ow + j] += (float)acc;"),
+    }  # fmt: skip
+    for why, (before, after) in shapes.items():
+        assert before in source, before
+        with pytest.raises(
+            TransformError, match=r"im2col_gemm: loop L1 \(line 17\).*" + re.escape(why)
+        ):
+            apply(make("im2col_gemm", loop="L1", kc=128), source.replace(before, after))
+    with pytest.raises(TransformError, match="no perfectly nested loop"):
+        apply(make("im2col_gemm", loop="L3", kc=128), source)
+    with pytest.raises(TransformError, match="is not a product"):  # a pooling window
+        apply(make("im2col_gemm", loop="L1", kc=128), naive("avg_pool2d"))
+
+
 def test_tile_turns_transpose_into_four_nested_loops() -> None:
     result = apply(make("tile", loop="L0", size=32), naive("transpose_2d"))
     found = loops(result)
@@ -431,6 +477,12 @@ PROBLEMS = {
     "transpose_2d": Problem(lambda rng: [floats(rng, 37, 70)], like(70, 37)),
     "cumsum": Problem(lambda rng: [floats(rng, 5, 66)], like(5, 66)),
     "avg_pool2d": Problem(lambda rng: [floats(rng, 2, 3, 9, 9)], like(2, 3, 4, 4), (3.0, 2.0)),
+    # stride 2, padding 1: the guards skip the border; oh = ow = 5
+    "conv2d": Problem(
+        lambda rng: [floats(rng, 2, 3, 9, 8), floats(rng, 4, 3, 3, 2), floats(rng, 4)],
+        like(2, 4, 5, 5),
+        (2.0, 1.0),
+    ),
 }
 CHAINS = {
     "gemm": ["accumulate_in_output(loop=L1)", "hoist_invariant(loop=L2)", "omp_simd(loop=L3)",

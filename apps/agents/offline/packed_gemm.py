@@ -13,6 +13,12 @@ It is the BLIS scheme in plain C with GCC vector extensions:
   every loaded value feeds several fused multiply-adds and C is touched once per slab.
 * Threads (OpenMP) share the packing, then the grid of tiles. Inside an already parallel loop
   the nested region runs on one thread, as OpenMP's default says.
+* The packing buffers are scratch (`kope_scratch`), kept from one call to the next for one
+  caller at a time (a concurrent one gets buffers from malloc). Freed and allocated again
+  each call, a buffer of megabytes comes back from the kernel as fresh pages, and faulting
+  them in cost as much as the GEMM (conv2d's 3.7 MB of patches: 4.0 ms a call instead of 1.7
+  in the evaluator). Slots 0 and 1 are the GEMM's; a strategy that needs buffers of its own
+  around the call takes others.
 
 The sums are float: for a kernel that accumulated in double this changes rounding, which the
 evaluator's tolerance decides on. Without memory for its buffers it computes the plain
@@ -23,6 +29,8 @@ strategy makes parallel (OpenMP forbids a `return` out of one).
 from __future__ import annotations
 
 HELPER_NAME = "kope_packed_gemm"
+SCRATCH_NAME = "kope_scratch"
+FIRST_FREE_SCRATCH_SLOT = 2  # slots 0 and 1 hold the GEMM's packed panels
 
 HELPER_SOURCE = r"""#include <stdlib.h>
 #include <string.h>
@@ -105,17 +113,47 @@ static void kope_pack_panel(const float *b, int64_t b_row, int64_t b_col, int64_
     }
 }
 
+/* kope_scratch: a buffer of at least `count` floats for `slot`, kept from one call to the next
+ * (grown, never shrunk or freed): a buffer of megabytes from malloc is fresh pages each call,
+ * and faulting them in costs as much as a small GEMM. While one caller holds the slot, another
+ * (a thread of a parallel loop around the call) gets a buffer of its own from malloc; *held
+ * says which it was, for kope_scratch_done. NULL when there is no memory. */
+#define KOPE_SCRATCH_SLOTS 8
+static float *kope_scratch_buffers[KOPE_SCRATCH_SLOTS];
+static size_t kope_scratch_sizes[KOPE_SCRATCH_SLOTS];
+static int kope_scratch_taken[KOPE_SCRATCH_SLOTS];
+
+static float *kope_scratch(int slot, size_t count, int *held) {
+    *held = !__atomic_exchange_n(&kope_scratch_taken[slot], 1, __ATOMIC_ACQUIRE);
+    if (!*held) return malloc(sizeof(float) * count);
+    if (kope_scratch_sizes[slot] < count) {
+        free(kope_scratch_buffers[slot]);
+        kope_scratch_buffers[slot] = malloc(sizeof(float) * count);
+        kope_scratch_sizes[slot] = kope_scratch_buffers[slot] != NULL ? count : 0;
+    }
+    return kope_scratch_buffers[slot];
+}
+
+static void kope_scratch_done(int slot, float *buffer, int held) {
+    if (held) {
+        __atomic_store_n(&kope_scratch_taken[slot], 0, __ATOMIC_RELEASE);
+    } else {
+        free(buffer);
+    }
+}
+
 static void kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
                              int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
                              float *c, int64_t ldc, int64_t kc_block) {
     int64_t row_blocks = (m + KOPE_MR - 1) / KOPE_MR, panels = (n + KOPE_NR - 1) / KOPE_NR;
     if (k < kc_block) kc_block = k > 0 ? k : 1; /* one slab: no bigger than it needs */
     float *packed_a = NULL;
-    float *packed_b = malloc(sizeof(float) * (size_t)(panels * KOPE_NR * kc_block + 1));
-    if (a_col != 1) packed_a = malloc(sizeof(float) * (size_t)(m * kc_block + 1));
+    int held_a = 0, held_b = 0;
+    float *packed_b = kope_scratch(0, (size_t)(panels * KOPE_NR * kc_block + 1), &held_b);
+    if (a_col != 1) packed_a = kope_scratch(1, (size_t)(m * kc_block + 1), &held_a);
     if (packed_b == NULL || (a_col != 1 && packed_a == NULL)) { /* no room to pack */
-        free(packed_a);
-        free(packed_b);
+        if (a_col != 1) kope_scratch_done(1, packed_a, held_a);
+        kope_scratch_done(0, packed_b, held_b);
         kope_plain_gemm(m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
         return;
     }
@@ -153,7 +191,7 @@ static void kope_packed_gemm(int64_t m, int64_t n, int64_t k, const float *a, in
         }
         pc += kc;
     } while (pc < k);
-    free(packed_a);
-    free(packed_b);
+    if (a_col != 1) kope_scratch_done(1, packed_a, held_a);
+    kope_scratch_done(0, packed_b, held_b);
 }
 """

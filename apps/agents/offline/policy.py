@@ -37,14 +37,15 @@ from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
 
-# What tends to pay first on a CPU, best first: a matrix product handed to a packed GEMM (it
-# only applies to such nests, and nothing else comes near it there), loop order and
-# accumulation (they unlock vectorization), flags that let gcc vectorize math, then threads,
-# then the finer tools. Only a tie-breaker once memory speaks.
+# What tends to pay first on a CPU, best first: a matrix product handed to a packed GEMM, or a
+# convolution lowered to one (each only applies to such nests, and nothing else comes near it
+# there), loop order and accumulation (they unlock vectorization), flags that let gcc vectorize
+# math, then threads, then the finer tools. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
-    "packed_gemm", "accumulate_in_output", "interchange", "tile", "flags(set=fast_math)",
-    "flags(set=fp_contract)", "float_accumulator", "omp_parallel_for", "restrict_pointers",
-    "omp_simd", "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
+    "packed_gemm", "im2col_gemm", "accumulate_in_output", "interchange", "tile",
+    "flags(set=fast_math)", "flags(set=fp_contract)", "float_accumulator", "omp_parallel_for",
+    "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "flags(set=unroll_loops)",
+    "threads",
 )  # fmt: skip
 # The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
 # call to the math library or a float reduction. A streaming loop gcc -O3 vectorizes already;

@@ -76,7 +76,12 @@ from apps.agents.offline.cparse import (
     written_names,
     written_target,
 )
-from apps.agents.offline.packed_gemm import HELPER_NAME, HELPER_SOURCE
+from apps.agents.offline.packed_gemm import (
+    FIRST_FREE_SCRATCH_SLOT,
+    HELPER_NAME,
+    HELPER_SOURCE,
+    SCRATCH_NAME,
+)
 
 __all__ = [
     "SOURCE_STRATEGIES",
@@ -122,6 +127,13 @@ SOURCE_STRATEGIES: dict[str, str] = {
         "register-tiled, multi-threaded GEMM (k in slabs of kc: 128, 256 or 512); what the "
         "nest did with each sum (bias, activation, a store) stays a loop over the results."
     ),
+    "im2col_gemm": (
+        "Lower a windowed reduction (a convolution: `for o { for i { acc = init; for ch { "
+        "guards; for p { acc += X[..i..p..] * W[..o..p..]; } } ... } }`) to one GEMM: the "
+        "window's values copied into a patch row per output column (zero where a guard "
+        "skips), W packed one row per o, the packed GEMM of the two (kc: 128, 256 or 512), "
+        "then what the nest did with each sum, over the results."
+    ),
 }
 
 SCHEDULES = ("static", "dynamic")
@@ -141,6 +153,7 @@ _PARAMETERS: dict[str, tuple[str, ...]] = {
     "restrict_pointers": (),
     "float_accumulator": ("loop",),
     "packed_gemm": ("kc", "loop"),
+    "im2col_gemm": ("kc", "loop"),
 }
 
 # OpenMP's reduction operator for each recognised accumulation (a `-=` sum combines with +).
@@ -634,7 +647,7 @@ def _parameter_menu(name: str, loop: _Loop) -> list[tuple[tuple[str, Any], ...]]
         return [(("factor", factor),) for factor in UNROLL_FACTORS]
     if name == "tile":
         return [(("size", size),) for size in TILE_SIZES]
-    if name == "packed_gemm":
+    if name in ("packed_gemm", "im2col_gemm"):
         return [(("kc", kc),) for kc in GEMM_K_SLABS]
     return [()]
 
@@ -973,9 +986,14 @@ def _single_accumulation(inner: _Loop, accumulator: str) -> tuple[str, Node] | N
     """(`+=`, term) when the loop body is exactly `acc += term;` (or `acc = acc + term;`)."""
     body = field(inner.node, "body")
     parts = statements(body) if body is not None else []
-    if len(parts) != 1 or parts[0].type != "expression_statement" or not parts[0].named_children:
+    return _accumulation_step(parts[0], accumulator) if len(parts) == 1 else None
+
+
+def _accumulation_step(statement: Node, accumulator: str) -> tuple[str, Node] | None:
+    """(`+=`, term) when the statement is `acc += term;` (or `acc = acc + term;`)."""
+    if statement.type != "expression_statement" or not statement.named_children:
         return None
-    step = parts[0].named_children[0]
+    step = statement.named_children[0]
     left, right = field(step, "left"), field(step, "right")
     if step.type != "assignment_expression" or left is None or right is None:
         return None
@@ -1450,6 +1468,282 @@ def _affine(node: Node, variables: set[str]) -> dict[str, str] | None:
     return merged
 
 
+# --- a windowed reduction (a convolution) as one GEMM ----------------------------------------
+
+
+@dataclass(frozen=True)
+class _Window:
+    """`for o { for i { for j { T acc = init; for ch { guards; for p { ...; acc += X * W; } }
+    ...; out[..o..] = f(acc); } } }`: the row loop (o), the column loops (i, j), the window
+    loops (ch, p, ...) with their guards, and the two sides of the product."""
+
+    rows: _Loop
+    columns: tuple[_Loop, ...]
+    declaration: Node  # `T acc = init;`
+    accumulator: str
+    window: tuple[_Loop, ...]  # outermost first
+    step: Node  # the `acc += X * W;` statement
+    patch: Node  # X: reads no row variable
+    weight: Node  # W: reads the row and window variables only
+    epilogue: list[Node]
+
+
+def _im2col_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    kc = _choice(strategy, "kc", GEMM_K_SLABS)
+    nest = _windowed_nest(kernel, strategy, loop)
+    used = set(identifiers(kernel.tree.root_node))
+    roles = ("depth", "cols", "patches", "weights", "sums", "held")
+    names = {role: _fresh_name(f"kope_{role}", used) for role in roles}
+    if HELPER_NAME in used and SCRATCH_NAME not in used:
+        _fail(strategy, loop, f"the kernel has an older {HELPER_NAME}, without {SCRATCH_NAME}")
+    edits = [replacement(loop.node, _lowered(kernel, nest, names, kc))]
+    if HELPER_NAME not in used:
+        at = line_start(kernel.source, kernel.function.start_byte)
+        edits.append(insertion(at, HELPER_SOURCE + "\n"))
+    return edits
+
+
+def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> str:
+    """The patches (per output column, the window's values in a row; zero where a guard
+    skips), the weights packed one row per output row, one GEMM of the two, then the nest's
+    epilogue over the sums; the three buffers are the thread's scratch, kept between calls.
+    Without memory for them it runs the nest as it was."""
+    indent, unit = (
+        indentation(kernel.source, nest.rows.node.start_byte),
+        _indent_unit(kernel, nest.rows),
+    )
+    depth, cols, patches, weights, sums, held = (names[role] for role in names)
+    rows, row = _operand(_header(nest.rows).bound), _header(nest.rows).var
+    column, window = _flat_index(nest.columns), _flat_index(nest.window)
+    store = f"{patches}[({column}) * {depth} + {window}] = {text(nest.patch)};"
+    fill = _rewritten(kernel, nest.window[0].node, [replacement(nest.step, store)])
+    zero = f"memset({patches} + ({column}) * {depth}, 0, sizeof(float) * (size_t){depth});"
+    sums_in = f"{nest.accumulator} += {sums}[{row} * {cols} + {column}];"
+    epilogue = [text(nest.declaration), sums_in, *(text(s) for s in nest.epilogue)]
+
+    def scratch(offset: int, first: str, second: str) -> str:
+        slot = FIRST_FREE_SCRATCH_SLOT + offset
+        return f"{SCRATCH_NAME}({slot}, (size_t){first} * (size_t){second} + 1, &{held}[{offset}])"
+
+    def done(offset: int, buffer: str) -> str:
+        slot = FIRST_FREE_SCRATCH_SLOT + offset
+        return f"{SCRATCH_NAME}_done({slot}, {buffer}, {held}[{offset}]);"
+
+    inner = unit * 2
+    lines = [
+        "{",
+        f"{unit}const int64_t {depth} = {_bounds_product(nest.window)};",
+        f"{unit}const int64_t {cols} = {_bounds_product(nest.columns)};",
+        f"{unit}int {held}[3];",
+        f"{unit}float *{patches} = {scratch(0, cols, depth)};",
+        f"{unit}float *{weights} = {scratch(1, rows, depth)};",
+        f"{unit}float *{sums} = {scratch(2, rows, cols)};",
+        f"{unit}if ({patches} != NULL && {weights} != NULL && {sums} != NULL) {{",
+        f"{inner}#pragma omp parallel for schedule(static)",
+        *_nested(kernel, nest.columns, [zero, *_relocated(kernel, nest.window[0].node, fill)],
+                 unit, inner),
+        *_nested(kernel, (nest.rows, *nest.window),
+                 [f"{weights}[{row} * {depth} + {window}] = {text(nest.weight)};"], unit, inner),
+        f"{inner}{HELPER_NAME}({rows}, {cols}, {depth}, {weights}, {depth}, 1, {patches}, 1, "
+        f"{depth}, {sums}, {cols}, {kc});",
+        *_nested(kernel, (nest.rows, *nest.columns),
+                 [line for s in epilogue for line in s.split("\n")], unit, inner),
+        f"{unit}}} else {{",
+        *(inner + line for line in _relocated(kernel, nest.rows.node, text(nest.rows.node))),
+        f"{unit}}}",
+        f"{unit}{done(0, patches)}",
+        f"{unit}{done(1, weights)}",
+        f"{unit}{done(2, sums)}",
+        "}",
+    ]  # fmt: skip
+    return ("\n" + indent).join(lines)
+
+
+def _header(loop: _Loop) -> _Header:
+    assert loop.header is not None  # _windowed_nest checked every loop
+    return loop.header
+
+
+def _flat_index(loops: tuple[_Loop, ...]) -> str:
+    """`(ch * r + p) * s + q`: the row-major index of the loops' variables."""
+    index = _header(loops[0]).var
+    for loop in loops[1:]:
+        wrapped = f"({index})" if " " in index else index
+        index = f"{wrapped} * {_operand(_header(loop).bound)} + {_header(loop).var}"
+    return index
+
+
+def _bounds_product(loops: tuple[_Loop, ...]) -> str:
+    return " * ".join(_operand(_header(loop).bound) for loop in loops)
+
+
+def _nested(
+    kernel: _Kernel, loops: tuple[_Loop, ...], body: list[str], unit: str, base: str
+) -> list[str]:
+    """The loops' headers as written, nested, around `body` (lines relative to the inside)."""
+    opening = [
+        f"{base}{unit * d}{_header_text(kernel, loop.node)} {{" for d, loop in enumerate(loops)
+    ]
+    closing = [f"{base}{unit * d}}}" for d in reversed(range(len(loops)))]
+    return [*opening, *(f"{base}{unit * len(loops)}{line}" for line in body), *closing]
+
+
+def _relocated(kernel: _Kernel, node: Node, code: str) -> list[str]:
+    """The lines of `code` (written where `node` is) with the node's own indentation removed."""
+    own = indentation(kernel.source, node.start_byte)
+    first, *rest = code.split("\n")
+    return [first, *(line[len(own) :] if line.startswith(own) else line.lstrip() for line in rest)]
+
+
+def _windowed_nest(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Window:
+    def not_applicable(why: str) -> NoReturn:
+        wanted = ("for o { for i { acc = init; for ch { guards; for p { acc += X[..i..p..] * "
+                  "W[..o..p..]; } } out[..o..] = acc; } }")  # fmt: skip
+        _fail(strategy, loop, f"{why} (wanted `{wanted}`)")
+
+    columns = _perfect_chain(kernel, loop)
+    if not columns:
+        not_applicable("it has no perfectly nested loop over the output's columns")
+    body = field(columns[-1].node, "body")
+    parts = statements(body) if body is not None and body.type == "compound_statement" else []
+    if len(parts) < 3 or parts[0].type != "declaration" or parts[1].type != "for_statement":
+        not_applicable(
+            f"the body of {columns[-1].info.id} is not an accumulator, loops and a store"
+        )
+    declaration, top, *epilogue = parts
+    found = declarators(declaration)
+    name = field(found[0], "declarator") if len(found) == 1 else None
+    if name is None or name.type != "identifier" or field(found[0], "value") is None:
+        not_applicable(
+            f"the body of {columns[-1].info.id} does not start with one initialised scalar"
+        )
+    accumulator = text(name)
+    window, step = _window_loops(kernel, top, accumulator)
+    if not window or step is None:
+        not_applicable(
+            f"the loops at line {line_of(top)} are not a window: bodies of locals, "
+            f"`if (...) continue;` and the next loop, the last one `{accumulator} += ...;`"
+        )
+    nest = (loop, *columns, *window)
+    for each in nest:
+        header = _canonical(strategy, each)
+        _no_pragmas(strategy, each)
+        canonical = text(header.start) == "0" and header.comparison == "<" and header.step == 1
+        if not canonical or header.declared_type is None:
+            not_applicable("its loops do not all run `for (T v = 0; v < bound; ++v)`")
+    _not_in_collapsed_nest(kernel, strategy, loop)
+    changed = declared_names(loop.node) | written_names(loop.node)
+    bounds = {name for each in nest for name in identifiers(_header(each).bound)}
+    if bounds & changed:
+        not_applicable(
+            f"its bounds depend on {', '.join(sorted(bounds & changed))}, which change in it"
+        )
+    operator_, term = _accumulation_step(step, accumulator) or ("", top)
+    if operator_ != "+=":
+        not_applicable(f"{accumulator} does not only grow by +=")
+    variables = (
+        {_header(loop).var},
+        {_header(each).var for each in columns},
+        {_header(each).var for each in window},
+    )
+    sides = _window_sides(kernel, variables, top, step, accumulator, term)
+    if isinstance(sides, str):
+        not_applicable(sides)
+    store = _final_store(epilogue, accumulator, _header(loop).var)
+    if store is None:
+        not_applicable("the statements after the window do not end in one store of the sum")
+    output = strip_parens_and_casts(field(store[0], "argument") or store[0])
+    if output.type != "identifier" or text(output) in identifiers(top):
+        not_applicable(f"the output {text(output)} is also read in the window")
+    return _Window(loop, columns, declaration, accumulator, window, step, *sides, epilogue)
+
+
+def _perfect_chain(kernel: _Kernel, loop: _Loop) -> tuple[_Loop, ...]:
+    chain = []
+    current = kernel.by_id(loop.info.perfect_child)
+    while current is not None:
+        chain.append(current)
+        current = kernel.by_id(current.info.perfect_child)
+    return tuple(chain)
+
+
+def _window_loops(
+    kernel: _Kernel, top: Node, accumulator: str
+) -> tuple[tuple[_Loop, ...], Node | None]:
+    """The loops from `top` inward, each body locals and `continue` guards then the next loop,
+    and the innermost's last statement when it is one accumulation of `accumulator`."""
+    window: list[_Loop] = []
+    node = top
+    while True:
+        window.append(next(each for each in kernel.loops if same(each.node, node)))
+        body = field(node, "body")
+        *prelude, last = statements(body) if body is not None else [node]
+        if not all(_is_local_or_guard(s) for s in prelude):
+            return tuple(window), None
+        if last.type != "for_statement":
+            found = _accumulation_step(last, accumulator)
+            return tuple(window), last if found is not None else None
+        node = last
+
+
+def _is_local_or_guard(statement: Node) -> bool:
+    if statement.type == "declaration":
+        return True
+    consequence = field(statement, "consequence")
+    if statement.type != "if_statement" or consequence is None or field(statement, "alternative"):
+        return False
+    return [s.type for s in statements(consequence)] == ["continue_statement"]
+
+
+def _window_sides(
+    kernel: _Kernel,
+    loops: tuple[set[str], set[str], set[str]],
+    top: Node,
+    step: Node,
+    accumulator: str,
+    term: Node,
+) -> tuple[Node, Node] | str:
+    """(patch, weight): the float element of `term` that reads no row variable, and the one
+    that reads the row and window variables only; or why `term` has no such sides."""
+    (row,), columns, window = loops
+    product = strip_parens_and_casts(term)
+    left, right = field(product, "left"), field(product, "right")
+    if product.type != "binary_expression" or operator(product) != "*" or not left or not right:
+        return f"`{text(term)}` is not a product"
+    sides = [strip_parens_and_casts(side) for side in (left, right)]
+    weights = [side for side in sides if row in identifiers(side)]
+    if len(weights) != 1:
+        return f"not exactly one side of `{text(term)}` reads {row}"
+    weight = weights[0]
+    patch = next(side for side in sides if not same(side, weight))
+    locals_ = declared_names(top) - window
+    if set(identifiers(weight)) & (columns | locals_ | {accumulator}):
+        return f"`{text(weight)}` reads more than {row} and the window's variables"
+    for side in (patch, weight):
+        if not _float_element(kernel, side):
+            return f"`{text(side)}` is not an element of a float array"
+    for node in walk(top):
+        if contains(step, node):
+            continue
+        if node.type == "identifier" and text(node) in (row, accumulator):
+            return f"the window reads {text(node)} outside the sum (line {line_of(node)})"
+        target = written_target(node)
+        name = text(strip_parens(target)) if target is not None else None
+        in_header = node.parent is not None and node.parent.type == "for_statement"
+        if name is not None and not (name in window and in_header):
+            return f"the window writes {name} (line {line_of(node)})"
+    return patch, weight
+
+
+def _float_element(kernel: _Kernel, node: Node) -> bool:
+    array = field(node, "argument")
+    if node.type != "subscript_expression" or array is None or array.type != "identifier":
+        return False
+    ctype = kernel.types.get(text(array))
+    return ctype is not None and ctype.base == "float" and ctype.pointers == 1
+
+
 _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "omp_parallel_for": _omp_parallel_for,
     "omp_simd": _omp_simd,
@@ -1461,4 +1755,5 @@ _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "restrict_pointers": _restrict_pointers,
     "float_accumulator": _float_accumulator,
     "packed_gemm": _packed_gemm,
+    "im2col_gemm": _im2col_gemm,
 }
