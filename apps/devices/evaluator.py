@@ -19,7 +19,6 @@ import secrets
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,17 @@ from apps.devices.cpu_c.build import (
     FlagsRejected,
     compile_kernel,
     compiler_name,
+)
+from apps.devices.cpu_c.protocol import (
+    BASELINE,
+    CANDIDATE,
+    LAST,
+    QUIT,
+    RECORD,
+    REFERENCE,
+    SMALL,
+    order_tag,
+    replies,
 )
 from apps.devices.interpreter import sandbox_python
 from apps.devices.jail import Limits, confine_child
@@ -123,7 +133,6 @@ def evaluate_candidate(
     baseline_source: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     verdict = new_verdict(options)
-    baseline = baseline_build(baseline_source, options) if baseline_source else None
     try:
         build = compile_kernel(source, options.extra_flags)
     except FlagsRejected as error:
@@ -142,7 +151,9 @@ def evaluate_candidate(
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace() as workspace:
         try:
-            verdict = run_in(workspace, operator, source, build.path, options, verdict, baseline)
+            verdict = run_in(
+                workspace, operator, source, build.path, options, verdict, baseline_source
+            )
         except OSError as error:
             if error.errno != errno.ENOSPC:
                 raise
@@ -182,7 +193,7 @@ def no_space(root: Path) -> str:
 
 def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, shared_object: Path,
            options: EvalSettings, verdict: dict[str, Any],
-           baseline: Path | None = None) -> dict[str, Any]:  # fmt: skip
+           baseline_source: str | None = None) -> dict[str, Any]:  # fmt: skip
     runs = plan_runs(operator, options.seeds)
     generate(workspace, operator, runs)
     copy_inputs_for_repeats(workspace, runs)
@@ -204,10 +215,11 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, share
             f"nondeterministic output on {', '.join(sorted(set(nondeterministic)))}"
         )
     if options.timing:
-        if baseline is not None:
+        if baseline_source:
+            baseline = baseline_build(baseline_source, options)
             shutil.copyfile(baseline, workspace.sandbox / "baseline.so")
         verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"],
-                                          with_baseline=baseline is not None)  # fmt: skip
+                                          with_baseline=bool(baseline_source))  # fmt: skip
     if options.profile:
         verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"))
     if options.debug:
@@ -682,8 +694,6 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
 
 # --- the judge's clock: it drives every timed call over a pipe and timestamps the replies ----
 
-RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status (see harness.py)
-
 
 class TimingRefused(RuntimeError):
     """The candidate process broke the timing protocol, died, or overran; the message says how."""
@@ -724,34 +734,27 @@ class Channel:
 def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
                  with_baseline: bool = False) -> dict[str, Any]:  # fmt: skip
     reference_ns: list[int] = []
-    timed_ns: dict[bytes, list[int]] = {b"c": [], b"b": []}
+    timed_ns: dict[bytes, list[int]] = {CANDIDATE: [], BASELINE: []}
     scaling_ns = []
     for iteration in range(options.warmup + options.repeats):
-        order = timed_order(iteration, with_baseline)
-        nonce, sent = channel.order(b"h" if order == (b"c", b"b") else b"g", iteration)
-        reference_done = previous = channel.expect(b"r", iteration, nonce)
-        for tag in order:
-            done = channel.expect(tag, iteration, nonce)
+        tag = order_tag(iteration, with_baseline)
+        nonce, sent = channel.order(tag, iteration)
+        reference_done = previous = channel.expect(REFERENCE, iteration, nonce)
+        for timed in replies(tag, with_baseline):
+            done = channel.expect(timed, iteration, nonce)
             if iteration >= options.warmup:
-                timed_ns[tag].append(done - previous)
+                timed_ns[timed].append(done - previous)
             previous = done
         if iteration >= options.warmup:
             reference_ns.append(reference_done - sent)
     for iteration in range(scaling_repeats(options) if with_scaling else 0):
-        nonce, sent = channel.order(b"s", iteration)
-        scaling_ns.append(channel.expect(b"s", iteration, nonce) - sent)
-    nonce, _ = channel.order(b"l", 0)
-    channel.expect(b"l", 0, nonce)
-    channel.order(b"q", 0)
-    return {"reference_ns": reference_ns, "candidate_ns": timed_ns[b"c"],
-            "baseline_ns": timed_ns[b"b"], "scaling_ns": scaling_ns, "status": 0}  # fmt: skip
-
-
-def timed_order(iteration: int, with_baseline: bool) -> tuple[bytes, ...]:
-    """The replies after the reference's: the baseline's and the candidate's, in turn first."""
-    if not with_baseline:
-        return (b"c",)
-    return (b"b", b"c") if iteration % 2 == 0 else (b"c", b"b")
+        nonce, sent = channel.order(SMALL, iteration)
+        scaling_ns.append(channel.expect(SMALL, iteration, nonce) - sent)
+    nonce, _ = channel.order(LAST, 0)
+    channel.expect(LAST, 0, nonce)
+    channel.order(QUIT, 0)
+    return {"reference_ns": reference_ns, "candidate_ns": timed_ns[CANDIDATE],
+            "baseline_ns": timed_ns[BASELINE], "scaling_ns": scaling_ns, "status": 0}  # fmt: skip
 
 
 def scaling_repeats(options: EvalSettings) -> int:

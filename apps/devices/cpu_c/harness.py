@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,18 @@ from typing import Any
 
 import numpy as np
 
+from apps.devices.cpu_c.protocol import (
+    BASELINE,
+    CANDIDATE,
+    GO,
+    LAST,
+    QUIT,
+    RECORD,
+    REFERENCE,
+    SMALL,
+    SWAPPED,
+    replies,
+)
 from apps.devices.jail import install_seccomp
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint8": 4, "bool": 5}
@@ -115,19 +126,11 @@ def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
 
 # --- timing: the judge's clock, candidate and reference alternated on the same inputs --------
 #
-# With a baseline (the kernel the candidate changed), each order times it too, next to the
-# candidate: GO runs the baseline before the candidate, SWAPPED after it, and the judge
-# alternates the two so neither always runs on the caches the other warmed.
-#
 # The judge drives every call through a pipe and timestamps the replies itself: nothing this
-# process says about time is trusted. Each order carries an iteration number and a nonce the
-# reply must repeat; the seccomp filter stops the kernel closing or replacing these two
-# descriptors, so a reply the kernel forges leaves the harness's own reply out of step, and
-# the judge sees it.
-
-RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status
-GO, SWAPPED, SMALL, LAST, QUIT = b"g", b"h", b"s", b"l", b"q"
-BASELINE = b"b"  # also the tag of the baseline's reply; the candidate's is b"c"
+# process says about time is trusted (protocol.py has the records and the order of the calls).
+# Each order carries an iteration number and a nonce the reply must repeat; the seccomp filter
+# stops the kernel closing or replacing these two descriptors, so a reply the kernel forges
+# leaves the harness's own reply out of step, and the judge sees it.
 
 
 def read_record(fd: int) -> tuple[bytes, int, int]:
@@ -164,7 +167,7 @@ def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     install_seccomp(protected_fds=(go, report))
     kernel = load_kernel(manifest["kernel_so"])
     calls = {
-        GO: Call(kernel, inputs, scratch, run["attrs"]),
+        CANDIDATE: Call(kernel, inputs, scratch, run["attrs"]),
         LAST: Call(kernel, inputs, last, run["attrs"]),
     }
     if small is not None:
@@ -183,10 +186,9 @@ def serve_orders(go: int, report: int, calls: dict[bytes, Call], reference: Call
             return
         if tag in (GO, SWAPPED):
             reference()
-            reply(report, b"r", iteration, nonce)
-            for timed in timed_order(tag, calls):
-                status = calls[timed]()
-                reply(report, b"c" if timed == GO else timed, iteration, nonce, status)
+            reply(report, REFERENCE, iteration, nonce)
+            for timed in replies(tag, with_baseline=BASELINE in calls):
+                reply(report, timed, iteration, nonce, calls[timed]())
             continue
         if tag == LAST:
             for array in last:
@@ -197,12 +199,6 @@ def serve_orders(go: int, report: int, calls: dict[bytes, Call], reference: Call
                 if isinstance(array, np.memmap):
                     array.flush()
         reply(report, tag, iteration, nonce, status)
-
-
-def timed_order(tag: bytes, calls: dict[bytes, Call]) -> tuple[bytes, ...]:
-    if BASELINE not in calls:
-        return (GO,)
-    return (BASELINE, GO) if tag == GO else (GO, BASELINE)
 
 
 def _scaling_call_inputs(plan: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
