@@ -7,16 +7,20 @@ the best kernel's latency, the speedup over the naive start (SAGE's self-acceler
 speedup over PyTorch eager (the evaluator times both alternately on the same inputs), whether
 it beats PyTorch, and the rounds used. The memory effect is the geometric mean over operators
 of best latency with memory off / with memory on (> 1: memory helped).
+
+Those figures divide latencies from different evaluations; `paired` has them again with each
+pair of kernels timed side by side in one process at the end (see paired_summary).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,11 +32,19 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
-from apps.memory.models import JournalEvent
+from apps.devices.evaluator import EvalSettings
+from apps.devices.services import kernel_source_store
+from apps.memory.models import Case, JournalEvent
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here_since
+from apps.runs.loop import (
+    Evaluate,
+    advance,
+    candidate_of_case,
+    evaluate_here_since,
+    timed_kernel,
+)
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create
@@ -81,6 +93,7 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
         sessions[mode] = session.pk
         results[mode] = operator_results(session, slugs, mode)
     report = summary(results, slugs)
+    report.update(paired_summary(team, sessions, slugs, kernels, options.progress, since))
     report.update(team=team.slug, sessions=sessions, wall_s=time.monotonic() - started,
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
     report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
@@ -220,6 +233,79 @@ def summary(results: dict[str, list[OperatorResult]], slugs: list[str]) -> dict[
     }
 
 
+# --- side by side: the figures again, each pair of kernels timed in one process -------------
+#
+# The figures above divide latencies measured in different evaluations, minutes apart; on a
+# shared host those drift by more than many gains, and the best kernel is the one whose own
+# measurement happened to come out lowest. So at the end each ratio is measured again with both
+# kernels in one process, taking turns (the evaluator's baseline): best over start for each
+# mode, and best with memory on over best with memory off. A best kernel made from the start
+# itself was already timed beside it, by its session: that evaluation is the one used.
+
+
+def paired_summary(team: Team, sessions: dict[str, int], slugs: list[str],
+                   kernels: KernelsOptions, progress: Callable[[str], None],
+                   since: datetime) -> dict[str, Any]:  # fmt: skip
+    evaluate = evaluate_here_since(since)
+    session = OptimizationSession.objects.get(pk=sessions["read_write"])
+    ratios: dict[str, dict[str, float | None]] = {}
+    for slug in slugs:
+        start = first_case(sessions["read_write"], slug)
+        best = {mode: best_case(sessions[mode], slug) for mode in MODES}
+        progress(f"side by side: {slug}")
+        pair = functools.partial(side_by_side, evaluate, session, kernels)
+        ratios[slug] = {"on": pair(best["read_write"], start), "off": pair(best["off"], start),
+                        "memory": pair(best["read_write"], best["off"])}  # fmt: skip
+    return {
+        "paired": {
+            "operators": ratios,
+            "median_self_acceleration_on": median_of(r["on"] for r in ratios.values()),
+            "median_self_acceleration_off": median_of(r["off"] for r in ratios.values()),
+            "geomean_speedup_vs_naive_on": geomean([r["on"] or 0 for r in ratios.values()]),
+            "geomean_speedup_vs_naive_off": geomean([r["off"] or 0 for r in ratios.values()]),
+            "memory_effect": geomean([r["memory"] or 0 for r in ratios.values()]),
+        }
+    }
+
+
+def first_case(session_id: int, slug: str) -> Case | None:
+    return (Case.objects.filter(session_id=session_id, version__operator__slug=slug)
+            .order_by("iteration").first())  # fmt: skip
+
+
+def best_case(session_id: int, slug: str) -> Case | None:
+    finished = JournalEvent.objects.get(session_id=session_id, kind="operator_finished",
+                                        payload__operator=slug)  # fmt: skip
+    best = finished.payload["best_case_id"]
+    return Case.objects.filter(pk=best).first() if best else None
+
+
+def side_by_side(evaluate: Evaluate, session: OptimizationSession, kernels: KernelsOptions,
+                 case: Case | None, baseline: Case | None) -> float | None:  # fmt: skip
+    """How many times faster `case`'s kernel ran than `baseline`'s, in one process; None when
+    either has no correct, timed kernel or one process cannot run both as they ran."""
+    if not timed_kernel(case) or not timed_kernel(baseline):
+        return None
+    assert case is not None and baseline is not None
+    kernel, other = candidate_of_case(case), candidate_of_case(baseline)
+    if (kernel.source, kernel.flags, kernel.threads) == (other.source, other.flags, other.threads):
+        return 1.0
+    if kernel.threads != other.threads and "omp parallel" in other.source:
+        return None
+    options = EvalSettings(
+        seeds=kernels.seeds, warmup=3, repeats=kernels.repeats, threads=kernel.threads,
+        extra_flags=tuple(kernel.flags), baseline_sha256=kernel_source_store(other.source).sha256,
+        baseline_flags=tuple(other.flags),
+    )  # fmt: skip
+    verdict = evaluate(case.version, kernel, options, session).verdict or {}
+    return (verdict.get("timed") or {}).get("vs_baseline")
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
 # --- tables ------------------------------------------------------------------------------------
 
 COLUMNS = ("operator", "correct", "start_ms", "best_ms", "speedup_vs_naive",
@@ -275,7 +361,30 @@ def markdown_table(report: dict[str, Any]) -> str:
                      f"| {fmt(report['memory_off'][key])} |")  # fmt: skip
     lines.append(f"\nmemory effect (geomean best latency off / on): "
                  f"{fmt(report['memory_effect'])}")  # fmt: skip
+    if "paired" in report:
+        lines += ["", *paired_table(report["paired"])]
     return "\n".join(lines)
+
+
+def paired_table(paired: dict[str, Any]) -> list[str]:
+    lines = [
+        "Side by side (each pair timed in one process at the end of the run):",
+        "",
+        "| operator | best / naive (on) | best / naive (off) | best on / best off |",
+        "|---|---:|---:|---:|",
+    ]
+    for slug, ratios in paired["operators"].items():
+        lines.append(f"| {slug} | {fmt(ratios['on'])} | {fmt(ratios['off'])} "
+                     f"| {fmt(ratios['memory'])} |")  # fmt: skip
+    lines += [
+        "",
+        f"median self-acceleration: {fmt(paired['median_self_acceleration_on'])} (on), "
+        f"{fmt(paired['median_self_acceleration_off'])} (off); geomean x naive: "
+        f"{fmt(paired['geomean_speedup_vs_naive_on'])} (on), "
+        f"{fmt(paired['geomean_speedup_vs_naive_off'])} (off); memory effect: "
+        f"{fmt(paired['memory_effect'])}",
+    ]
+    return lines
 
 
 def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:

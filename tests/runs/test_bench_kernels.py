@@ -10,6 +10,7 @@ from pathlib import Path
 
 from django.core.management import call_command
 
+from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from tests.devices.test_adversarial import store_every_builtin
 
@@ -51,3 +52,15 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert [r["mode"] for r in rows] == ["memory_on", "memory_off"]
     assert f"| {OPERATOR} |" in Path(report["files"]["markdown"]).read_text()
     assert "memory off: iteration" in progress.getvalue()
+    # gelu's first move, -ffast-math, wins by far; the ratio of the best kernel over the start
+    # is measured once more with both in one process
+    paired = report["paired"]
+    start = Case.objects.get(session_id=report["sessions"]["read_write"], iteration=0)
+    assert best.pk != start.pk
+    beside = Evaluation.objects.get(source=best.source,
+                                    options__baseline_sha256=start.source.sha256)  # fmt: skip
+    ratio = beside.verdict["timed"]["vs_baseline"]
+    assert paired["operators"][OPERATOR]["on"] == ratio and ratio > 1.5
+    assert paired["median_self_acceleration_on"] == ratio
+    assert paired["memory_effect"] == paired["operators"][OPERATOR]["memory"] > 0
+    assert "Side by side" in Path(report["files"]["markdown"]).read_text()
