@@ -1507,8 +1507,8 @@ def _im2col_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
 def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> str:
     """The patches (per output column, the window's values in a row; zero where a guard
     skips), the weights packed one row per output row, one GEMM of the two, then the nest's
-    epilogue over the sums; the three buffers are the thread's scratch, kept between calls.
-    Without memory for them it runs the nest as it was."""
+    epilogue over the sums. The three buffers are scratch, kept from one call to the next;
+    without memory for them it runs the nest as it was."""
     indent, unit = (
         indentation(kernel.source, nest.rows.node.start_byte),
         _indent_unit(kernel, nest.rows),
