@@ -306,6 +306,52 @@ def test_im2col_gemm_refuses_what_is_not_a_windowed_product() -> None:
         apply(make("im2col_gemm", loop="L1", kc=128), naive("avg_pool2d"))
 
 
+def test_omp_parallel_private_gives_each_thread_its_own_scratch_buffers() -> None:
+    for operator in ("attention", "causal_attention"):
+        offered = [s.label() for s in strategies_for(operator) if s.name == "omp_parallel_private"]
+        assert offered == ["omp_parallel_private(loop=L0)"]
+    result = apply(make("omp_parallel_private", loop="L0"), naive("attention"))
+    region = result.split("#pragma omp parallel\n", 1)[1]
+    assert region.index("double *p = malloc((size_t)skv * sizeof(double));") < region.index(
+        "#pragma omp for schedule(static)\n"
+    )
+    assert "int kope_ready = p != NULL && acc != NULL;" in region
+    assert (
+        "for (int64_t hd = 0; hd < heads; ++hd) {\n                if (!kope_ready) continue;"
+        in (region)
+    )
+    assert "if (kope_failed) return 1;" in region
+    with pytest.raises(TransformError, match="uses no buffer declared before it"):
+        apply(make("omp_parallel_private", loop="L0"), naive("gemm"))
+    with pytest.raises(TransformError, match="is inside another loop"):
+        apply(make("omp_parallel_private", loop="L1"), naive("attention"))
+    # a buffer read after the loop carries a result out of it: it stays shared
+    read_after = naive("attention").replace(
+        "    free(p);\n", "    out[0] = (float)p[0];\n    free(p);\n"
+    )
+    shared_p = apply(make("omp_parallel_private", loop="L0"), read_after)
+    assert "int kope_ready = acc != NULL;" in shared_p
+
+
+@needs_gcc
+def test_omp_parallel_private_computes_what_the_serial_kernel_did(tmp_path: Path) -> None:
+    """Eight heads over the threads, each thread with its own rows of scores."""
+    q_shape, kv_shape = (2, 4, 5, 8), (2, 4, 9, 8)
+    problem = Problem(
+        lambda rng: [floats(rng, *q_shape), floats(rng, *kv_shape), floats(rng, *kv_shape)],
+        like(*q_shape),
+    )
+    variants = [naive("attention"), apply(make("omp_parallel_private", loop="L0"),
+                                          naive("attention"))]  # fmt: skip
+    outputs = []
+    for index, source in enumerate(variants):
+        result = compile_c(source, tmp_path / f"attention{index}", shared=True)
+        assert result.returncode == 0, result.stderr
+        outputs.append(run_kernel(tmp_path / f"attention{index}.so", problem)[0])
+    assert not np.isnan(outputs[0]).any()
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-6, atol=1e-7)
+
+
 def test_tile_turns_transpose_into_four_nested_loops() -> None:
     result = apply(make("tile", loop="L0", size=32), naive("transpose_2d"))
     found = loops(result)

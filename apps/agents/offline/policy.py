@@ -40,12 +40,13 @@ from apps.memory.values import Distiller, summarizer
 # What tends to pay first on a CPU, best first: a matrix product handed to a packed GEMM, or a
 # convolution lowered to one (each only applies to such nests, and nothing else comes near it
 # there), loop order and accumulation (they unlock vectorization), flags that let gcc vectorize
-# math, then threads, then the finer tools. Only a tie-breaker once memory speaks.
+# math, then threads (a loop that uses scratch buffers gets a copy per thread: made parallel
+# as it is, it races on them), then the finer tools. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
     "packed_gemm", "im2col_gemm", "accumulate_in_output", "interchange", "tile",
-    "flags(set=fast_math)", "flags(set=fp_contract)", "float_accumulator", "omp_parallel_for",
-    "restrict_pointers", "omp_simd", "hoist_invariant", "unroll", "flags(set=unroll_loops)",
-    "threads",
+    "flags(set=fast_math)", "flags(set=fp_contract)", "float_accumulator",
+    "omp_parallel_private", "omp_parallel_for", "restrict_pointers", "omp_simd",
+    "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
 # The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
 # call to the math library or a float reduction. A streaming loop gcc -O3 vectorizes already;

@@ -101,6 +101,12 @@ SOURCE_STRATEGIES: dict[str, str] = {
         "Run a loop's iterations on all cores: `#pragma omp parallel for schedule(...)`, with "
         "reduction clauses for its accumulators and optionally collapse(2) over a perfect nest."
     ),
+    "omp_parallel_private": (
+        "Run a loop's iterations on all cores when it uses scratch buffers (`T *b = "
+        "malloc(...)` before it): a parallel region allocates them once per thread, then "
+        "`#pragma omp for schedule(static)` shares out the iterations (a thread without "
+        "memory makes the kernel return 1)."
+    ),
     "omp_simd": (
         "Ask gcc to vectorise an innermost loop: `#pragma omp simd`, with reduction clauses for "
         "its accumulators (this reorders floating-point sums)."
@@ -144,6 +150,7 @@ GEMM_K_SLABS = (128, 256, 512)
 
 _PARAMETERS: dict[str, tuple[str, ...]] = {
     "omp_parallel_for": ("collapse", "loop", "schedule"),
+    "omp_parallel_private": ("loop",),
     "omp_simd": ("loop",),
     "unroll": ("factor", "loop"),
     "interchange": ("loop",),
@@ -851,6 +858,108 @@ def _omp_parallel_for(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
         clauses.append("collapse(2)")
     pragma = " ".join(["#pragma omp parallel for", *clauses, *_reduction_clauses(loop)])
     return _prefix(kernel, loop.node, [pragma])
+
+
+def _omp_parallel_private(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    """The loop in a parallel region that allocates its scratch buffers once per thread, then
+    shares out the iterations; a thread without memory makes the kernel return 1."""
+    loop = kernel.loop(strategy)
+    _parallel_private_preconditions(kernel, strategy, loop)
+    buffers = _scratch_buffers(kernel, loop)
+    if not buffers:
+        _fail(strategy, loop, "uses no buffer declared before it as `T *b = malloc(...);` (or "
+                              "calloc) and only freed after it")  # fmt: skip
+    used = set(identifiers(kernel.tree.root_node))
+    failed, ready = _fresh_name("kope_failed", used), _fresh_name("kope_ready", used)
+    body = field(loop.node, "body")
+    assert body is not None and body.type == "compound_statement"  # checked above
+    inner = statements(body)
+    guard_indent = indentation(kernel.source, inner[0].start_byte) if inner else ""
+    guarded = _rewritten(kernel, loop.node, [
+        insertion(body.start_byte + 1, f"\n{guard_indent}if (!{ready}) continue;")
+    ])  # fmt: skip
+    names = [name for name, _ in buffers]
+    indent, unit = indentation(kernel.source, loop.node.start_byte), _indent_unit(kernel, loop)
+    clauses = " ".join(["schedule(static)", *_reduction_clauses(loop)])
+    lines = [
+        "{",
+        f"{unit}int {failed} = 0;",
+        f"{unit}#pragma omp parallel",
+        f"{unit}{{",
+        *(f"{unit * 2}{line}" for _, declaration in buffers
+          for line in _relocated(kernel, declaration, text(declaration))),
+        f"{unit * 2}int {ready} = {' && '.join(f'{name} != NULL' for name in names)};",
+        f"{unit * 2}if (!{ready}) {{",
+        f"{unit * 3}#pragma omp atomic write",
+        f"{unit * 3}{failed} = 1;",
+        f"{unit * 2}}}",
+        f"{unit * 2}#pragma omp for {clauses}",
+        *(f"{unit * 2}{line}" for line in _relocated(kernel, loop.node, guarded)),
+        *(f"{unit * 2}free({name});" for name in names),
+        f"{unit}}}",
+        f"{unit}if ({failed}) return 1; /* a thread had no memory for its buffers */",
+        "}",
+    ]  # fmt: skip
+    return [replacement(loop.node, ("\n" + indent).join(lines))]
+
+
+def _parallel_private_preconditions(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
+    _canonical(strategy, loop)
+    _no_pragmas(strategy, loop)
+    _outside_parallel_regions(kernel, strategy, loop)
+    _no_escape(strategy, loop)
+    if loop.info.depth != 0:
+        _fail(strategy, loop, "is inside another loop (the region's `return 1` must not be)")
+    body = field(loop.node, "body")
+    if body is None or body.type != "compound_statement":
+        _fail(strategy, loop, "has no braces around its body")
+
+
+def _scratch_buffers(kernel: _Kernel, loop: _Loop) -> list[tuple[str, Node]]:
+    """(name, declaration) of each `T *b = malloc(...);` or `calloc` before the loop, in the
+    same block, that the loop reads and nothing after it uses but `free(b)`."""
+    block = loop.node.parent
+    if block is None or block.type != "compound_statement":
+        return []
+    siblings = statements(block)
+    position = next(i for i, s in enumerate(siblings) if same(s, loop.node))
+    inside = set(identifiers(loop.node))
+    found = []
+    for statement in siblings[:position]:
+        name = _allocated_pointer(statement)
+        if name is None or name not in inside:
+            continue
+        if all(_only_freed(after, name) for after in siblings[position + 1 :]):
+            found.append((name, statement))
+    return found
+
+
+def _allocated_pointer(statement: Node) -> str | None:
+    """b for a declaration `T *b = malloc(...);` (or calloc, through casts)."""
+    found = declarators(statement) if statement.type == "declaration" else []
+    if len(found) != 1 or found[0].type != "init_declarator":
+        return None
+    pointer, value = field(found[0], "declarator"), field(found[0], "value")
+    if pointer is None or value is None or pointer.type != "pointer_declarator":
+        return None
+    call = strip_parens_and_casts(value)
+    function = field(call, "function")
+    if call.type != "call_expression" or function is None:
+        return None
+    return declarator_name(pointer) if text(function) in ("malloc", "calloc") else None
+
+
+def _only_freed(statement: Node, name: str) -> bool:
+    for node in walk(statement):
+        if node.type != "identifier" or text(node) != name:
+            continue
+        call = node.parent.parent if node.parent is not None else None
+        function = field(call, "function") if call is not None else None
+        if call is None or call.type != "call_expression" or function is None:
+            return False
+        if text(function) != "free":
+            return False
+    return True
 
 
 def _omp_simd(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
@@ -1746,6 +1855,7 @@ def _float_element(kernel: _Kernel, node: Node) -> bool:
 
 _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "omp_parallel_for": _omp_parallel_for,
+    "omp_parallel_private": _omp_parallel_private,
     "omp_simd": _omp_simd,
     "unroll": _unroll,
     "interchange": _interchange,
