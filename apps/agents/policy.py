@@ -90,6 +90,9 @@ class Situation:
     hot_rules: list[dict[str, Any]] = field(default_factory=list)  # {"key", "statement", ...}
     seed: int = 0
     broke: frozenset[str] = frozenset()  # strategies whose candidates of this operator failed
+    # strategies that did not improve a kernel with the incumbent's very source (another flag
+    # set or thread count): on the same code they mean the same change
+    lost: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -374,13 +374,14 @@ class Iteration:
         )  # fmt: skip
         broke = frozenset(c.strategy for c in self.progress.cases
                           if c.outcome in FAILED_OUTCOMES)  # fmt: skip
+        lost = lost_on_same_source(self.progress)
         return Situation(
             session_id=self.session.pk, team_id=self.session.team_id, target=self.config.target,
             operator=brief_of(self.version), iteration=self.n,
             stage="optimization" if incumbent else "correctness",
             rounds_left=self.config.budgets.rounds - self.n, incumbent=incumbent, latest=latest,
             tried=tried, context=packed, retrieved=hits, hot_rules=rules, seed=self.config.seed,
-            broke=broke,
+            broke=broke, lost=lost,
         )  # fmt: skip
 
     def memory(self) -> tuple[list[Hit], list[dict[str, Any]]]:
@@ -644,6 +645,19 @@ def strategy_tags(candidate: Candidate) -> list[str]:
     if candidate.threads > 1:
         tags.append(f"threads={candidate.threads}")
     return tags + list(candidate.flags)
+
+
+def lost_on_same_source(progress: Progress) -> frozenset[str]:
+    """The strategies that did not improve a kernel whose source is the incumbent's."""
+    incumbent = progress.incumbent
+    if incumbent is None:
+        return frozenset()
+    sources = {case.pk: case.source_id for case in progress.cases}
+    return frozenset(
+        case.strategy for case in progress.cases
+        if case.outcome != "improved" and case.parent_id is not None
+        and sources.get(case.parent_id) == incumbent.source_id
+    )  # fmt: skip
 
 
 def timed_kernel(case: Case | None) -> bool:

@@ -9,6 +9,7 @@ from apps.agents.offline.policy import (
     Evidence,
     OfflineSearchPolicy,
     evidence_for,
+    flag_moves,
     move_of,
     moves,
     strategy_name,
@@ -139,3 +140,35 @@ def test_a_flag_set_that_broke_this_operator_is_not_offered_again(team: Team) ->
 
     offered = [c.strategy for c in moves(after_it_broke)]
     assert "flags(set=fast_math)" not in offered and "flags(set=fp_contract)" in offered
+
+
+def test_after_a_strategy_did_not_pay_on_a_loop_its_other_parameters_wait(team: Team) -> None:
+    """A tile of 64 right after a tile of 32 on the same loop regressed is a round spent on
+    what was just learned; everything fresh comes first."""
+    gemm = situation(team, "gemm", "matmul", [])
+    assert first_move(gemm) == "packed_gemm(kc=512, loop=L0)"
+
+    after_one = replace(gemm, tried=frozenset({"packed_gemm(kc=512, loop=L0)"}))
+
+    assert strategy_name(first_move(after_one)) != "packed_gemm"
+
+
+def test_what_did_not_pay_on_this_very_source_waits_under_other_flags(team: Team) -> None:
+    """attention: interchange lost on the start; after -ffast-math the code is the same."""
+    gemm = situation(team, "gemm", "matmul", [])
+    lost_here = replace(gemm, lost=frozenset({"packed_gemm(kc=512, loop=L0)"}))
+
+    assert first_move(lost_here) == "packed_gemm(kc=256, loop=L0)"
+
+
+def test_a_flag_set_that_another_one_includes_is_not_offered() -> None:
+    """-ffast-math includes -ffp-contract=fast: adding it after compiles the same binary."""
+    plain = Candidate(naive("gelu"), "starting kernel")
+    fast = Candidate(naive("gelu"), "flags(set=fast_math)", ("-ffast-math",))
+
+    assert "flags(set=fp_contract)" in [
+        c.strategy for c in flag_moves(plain, fast_math_allowed=True)
+    ]
+    assert "flags(set=fp_contract)" not in [
+        c.strategy for c in flag_moves(fast, fast_math_allowed=True)
+    ]

@@ -3,7 +3,8 @@ memory. No model, no network.
 
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
-incumbent, and scores the rest: a fixed prior (what usually pays on CPUs first, with the
+incumbent, puts last the other parameters of a strategy already tried on the same loop and
+what did not pay on this very source under other flags, and scores the rest: a fixed prior (what usually pays on CPUs first, with the
 float-reordering flags after the parallel loop on kernels with no math to vectorize) plus the
 evidence memory brought back. Each retrieved case speaks for the strategy it tried (for flags,
 for the set it added), with its
@@ -59,6 +60,8 @@ FAILURE_GAIN = -1.0
 OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for less
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
 
+# -ffast-math includes -ffp-contract=fast: after it, that set compiles to the same binary.
+IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast",)}
 FLAG_SETS: dict[str, tuple[str, ...]] = {
     "unroll_loops": ("-funroll-loops",),
     "fast_math": ("-ffast-math",),
@@ -94,14 +97,28 @@ class OfflineSearchPolicy:
                             "has been tried")  # fmt: skip
         evidence = gather_evidence(situation)
         order = prior_order(kernel_features(situation.incumbent.candidate.source))
-        scored = sorted(options, key=lambda c: score_key(c, evidence, situation.seed, order),
-                        reverse=True)  # fmt: skip
+        worn = worn_moves(situation)
+        scored = sorted(options, reverse=True, key=lambda c: (
+            move_key(c.strategy) not in worn and c.strategy not in situation.lost,
+            *score_key(c, evidence, situation.seed, order),
+        ))  # fmt: skip
         chosen = scored[0]
         adopted = adoption(chosen, scored, evidence, order)
         rationale = f"{chosen.strategy}: " + (
             "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
         )
         return Proposal(chosen, adopted=adopted, rationale=rationale)
+
+
+def worn_moves(situation: Situation) -> set[tuple[str, str]]:
+    """The (move, loop) pairs already tried on the incumbent. Their other parameters (a tile
+    of 64 after a tile of 32 did not pay, on the same loop) come after everything fresh, as do
+    the strategies that did not pay on this very source with other flags or threads."""
+    return {move_key(label) for label in situation.tried}
+
+
+def move_key(label: str) -> tuple[str, str]:
+    return move_of(label), label_params(first_line(label)).get("loop", "")
 
 
 def no_start_reason(situation: Situation) -> str:
@@ -166,7 +183,8 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
     for name, flags in FLAG_SETS.items():
         if name == "fast_math" and not fast_math_allowed:
             continue
-        if set(flags) <= set(base.flags):
+        if set(flags) <= set(base.flags) or any(f in IMPLIED_BY.get(g, ()) for f in flags
+                                                for g in base.flags):  # fmt: skip
             continue
         merged = tuple(sorted({*base.flags, *flags}))
         moves.append(Candidate(base.source, f"flags(set={name})", merged, base.threads))
