@@ -4,11 +4,11 @@ memory. No model, no network.
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
 incumbent, puts last the other parameters of a strategy already tried on the same loop and
-what did not pay on this very source under other flags, and scores the rest: a fixed prior (what usually pays on CPUs first, with the
-float-reordering flags after the parallel loop on kernels with no math to vectorize) plus the
-evidence memory brought back. Each retrieved case speaks for the strategy it tried (for flags,
-for the set it added), with its
-gain (ln of its speedup over its parent; -1 when it broke correctness or did not compile),
+what did not pay on this very source under other flags, and scores the rest: a fixed prior
+(what usually pays on CPUs first, with the float-reordering flags after the parallel loop on
+kernels with no math to vectorize) plus the evidence memory brought back. Each retrieved case
+speaks for the strategy it tried (for flags, for the set it added), with its gain (ln of its
+speedup over its parent; -1 when it broke correctness or did not compile),
 weighted by how relevant it is: its retrieval similarity, times the overlap of the kernel
 features (apps/agents/offline/features.py) of the kernel it changed and of the incumbent,
 halved for another family of operator. Per strategy the evidence is the weighted mean gain,
