@@ -33,7 +33,6 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
-from apps.devices.services import kernel_source_store
 from apps.memory.models import Case, JournalEvent
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
@@ -41,6 +40,7 @@ from apps.runs.config import Budgets, Measurement
 from apps.runs.loop import (
     Evaluate,
     advance,
+    baseline_settings,
     candidate_of_case,
     evaluate_here_since,
     timed_kernel,
@@ -290,13 +290,12 @@ def side_by_side(evaluate: Evaluate, session: OptimizationSession, kernels: Kern
     kernel, other = candidate_of_case(case), candidate_of_case(baseline)
     if (kernel.source, kernel.flags, kernel.threads) == (other.source, other.flags, other.threads):
         return 1.0
-    if kernel.threads != other.threads and "omp parallel" in other.source:
+    beside = baseline_settings(kernel, baseline, other)
+    if not beside:
         return None
-    options = EvalSettings(
-        seeds=kernels.seeds, warmup=3, repeats=kernels.repeats, threads=kernel.threads,
-        extra_flags=tuple(kernel.flags), baseline_sha256=kernel_source_store(other.source).sha256,
-        baseline_flags=tuple(other.flags),
-    )  # fmt: skip
+    options = EvalSettings(seeds=kernels.seeds, warmup=3, repeats=kernels.repeats,
+                           threads=kernel.threads, extra_flags=tuple(kernel.flags),
+                           **beside)  # fmt: skip
     verdict = evaluate(case.version, kernel, options, session).verdict or {}
     return (verdict.get("timed") or {}).get("vs_baseline")
 

@@ -441,13 +441,8 @@ class Iteration:
         parent = self.parent_case()
         if not target_get(self.config.target).times_baseline or not timed_kernel(parent):
             return {}
-        assert parent is not None and parent.source is not None
-        ran = candidate_of_case(parent)
-        # Without a parallel region the thread count changes nothing (the parallel loop's
-        # first candidate, which brings the cores, is compared with its serial parent).
-        if ran.threads != candidate.threads and "omp parallel" in parent.source.text:
-            return {}
-        return {"baseline_sha256": parent.source.sha256, "baseline_flags": tuple(ran.flags)}
+        assert parent is not None
+        return baseline_settings(candidate, parent, candidate_of_case(parent))
 
     def report_verdict(self, evaluation: Evaluation) -> None:
         verdict = evaluation.verdict or {}
@@ -658,6 +653,17 @@ def lost_on_same_source(progress: Progress) -> frozenset[str]:
         if case.outcome != "improved" and case.parent_id is not None
         and sources.get(case.parent_id) == incumbent.source_id
     )  # fmt: skip
+
+
+def baseline_settings(candidate: Candidate, baseline: Case, ran: Candidate) -> dict[str, Any]:
+    """The EvalSettings fields that time `baseline`'s kernel (proposed as `ran`) beside
+    `candidate` in one process; {} when one process cannot run both as they ran. Without a
+    parallel region the thread count changes nothing (the parallel loop's first candidate,
+    which brings the cores, is compared with its serial parent)."""
+    assert baseline.source is not None
+    if ran.threads != candidate.threads and "omp parallel" in baseline.source.text:
+        return {}
+    return {"baseline_sha256": baseline.source.sha256, "baseline_flags": tuple(ran.flags)}
 
 
 def timed_kernel(case: Case | None) -> bool:

@@ -233,6 +233,17 @@ def test_packed_gemm_reads_any_strides_and_swapped_operands() -> None:
     assert "C[(i + 1) * n - n + j] = 2.0f * acc;" in result
 
 
+def assert_each_refused(
+    strategy: Strategy, source: str, shapes: dict[str, tuple[str, str]], where: str
+) -> None:
+    """Each edit (why: (before, after)) of `source` makes `strategy` refuse it, saying where
+    and why."""
+    for why, (before, after) in shapes.items():
+        assert before in source, before
+        with pytest.raises(TransformError, match=re.escape(where) + ".*" + re.escape(why)):
+            apply(strategy, source.replace(before, after))
+
+
 def test_packed_gemm_refuses_what_is_not_a_float_matrix_product() -> None:
     shapes = {
         "does not start at 0": ("float acc = 0.0f;", "float acc = 1.0f;"),
@@ -245,12 +256,8 @@ def test_packed_gemm_refuses_what_is_not_a_float_matrix_product() -> None:
                                    "            C[(i + 1) * n - n + j] = 2.0f * acc;"),
         "for (v = 0; v < bound; ++v)": ("int64_t p = 0; p < k", "int64_t p = 1; p < k"),
     }  # fmt: skip
-    for why, (before, after) in shapes.items():
-        assert before in TRANSPOSED
-        with pytest.raises(
-            TransformError, match=r"packed_gemm: loop L0 \(line 10\).*" + re.escape(why)
-        ):
-            apply(make("packed_gemm", loop="L0", kc=128), TRANSPOSED.replace(before, after))
+    assert_each_refused(make("packed_gemm", loop="L0", kc=128), TRANSPOSED, shapes,
+                        where="packed_gemm: loop L0 (line 10)")  # fmt: skip
     doubles = TRANSPOSED.replace(
         "const float *At = (const float *)", "const double *At = (const double *)"
     )
@@ -294,12 +301,8 @@ def test_im2col_gemm_refuses_what_is_not_a_windowed_product() -> None:
         "do not end in one store": ("y[((b * k + o) * oh + i) * ow + j] = (float)acc;",
                                     "y[((b * k + o) * oh + i) * ow + j] += (float)acc;"),
     }  # fmt: skip
-    for why, (before, after) in shapes.items():
-        assert before in source, before
-        with pytest.raises(
-            TransformError, match=r"im2col_gemm: loop L1 \(line 17\).*" + re.escape(why)
-        ):
-            apply(make("im2col_gemm", loop="L1", kc=128), source.replace(before, after))
+    assert_each_refused(make("im2col_gemm", loop="L1", kc=128), source, shapes,
+                        where="im2col_gemm: loop L1 (line 17)")  # fmt: skip
     with pytest.raises(TransformError, match="no perfectly nested loop"):
         apply(make("im2col_gemm", loop="L3", kc=128), source)
     with pytest.raises(TransformError, match="is not a product"):  # a pooling window

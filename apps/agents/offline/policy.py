@@ -111,9 +111,8 @@ class OfflineSearchPolicy:
 
 
 def worn_moves(situation: Situation) -> set[tuple[str, str]]:
-    """The (move, loop) pairs already tried on the incumbent. Their other parameters (a tile
-    of 64 after a tile of 32 did not pay, on the same loop) come after everything fresh, as do
-    the strategies that did not pay on this very source with other flags or threads."""
+    """The (move, loop) pairs already tried on the incumbent: their other parameters (a tile
+    of 64 after a tile of 32 did not pay, on the same loop) come after everything fresh."""
     return {move_key(label) for label in situation.tried}
 
 

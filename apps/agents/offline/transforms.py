@@ -318,6 +318,10 @@ class _Kernel:
     def by_id(self, loop_id: str | None) -> _Loop | None:
         return next((loop for loop in self.loops if loop.info.id == loop_id), None)
 
+    def at(self, node: Node) -> _Loop:
+        """The loop whose `for` statement is `node`."""
+        return next(loop for loop in self.loops if same(loop.node, node))
+
     def ancestors(self, loop: _Loop) -> Iterator[_Loop]:
         current = self.by_id(loop.info.parent)
         while current is not None:
@@ -841,15 +845,21 @@ def _reduction_clauses(loop: _Loop) -> list[str]:
     return [f"reduction({op}:{','.join(names)})" for op, names in grouped.items()]
 
 
-def _omp_parallel_for(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
-    loop = kernel.loop(strategy)
-    schedule = _choice(strategy, "schedule", SCHEDULES)
-    collapse = _choice(strategy, "collapse", COLLAPSES, default=1)
+def _parallelisable(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
+    """What OpenMP asks of a loop it shares out: canonical, no pragma yet, not inside or around
+    a parallel region, no early exit, not between the loops of a collapsed nest."""
     _canonical(strategy, loop)
     _no_pragmas(strategy, loop)
     _outside_parallel_regions(kernel, strategy, loop)
     _no_escape(strategy, loop)
     _not_in_collapsed_nest(kernel, strategy, loop)
+
+
+def _omp_parallel_for(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    schedule = _choice(strategy, "schedule", SCHEDULES)
+    collapse = _choice(strategy, "collapse", COLLAPSES, default=1)
+    _parallelisable(kernel, strategy, loop)
     clauses = [f"schedule({schedule})"]
     if collapse == 2:
         child = _perfect_child_loop(kernel, strategy, loop)
@@ -904,10 +914,7 @@ def _omp_parallel_private(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
 
 
 def _parallel_private_preconditions(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> None:
-    _canonical(strategy, loop)
-    _no_pragmas(strategy, loop)
-    _outside_parallel_regions(kernel, strategy, loop)
-    _no_escape(strategy, loop)
+    _parallelisable(kernel, strategy, loop)
     if loop.info.depth != 0:
         _fail(strategy, loop, "is inside another loop (the region's `return 1` must not be)")
     body = field(loop.node, "body")
@@ -1061,7 +1068,7 @@ def _accumulation(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Accumula
     if initial is None or name is None or name.type != "identifier":
         not_applicable("its body does not start with one initialised scalar")
     accumulator = text(name)
-    inner = next(other for other in kernel.loops if same(other.node, inner_node))
+    inner = kernel.at(inner_node)
     _canonical(strategy, inner)
     own_var = _canonical(strategy, loop).var
     if {own_var, accumulator} & {
@@ -1785,7 +1792,7 @@ def _window_loops(
     window: list[_Loop] = []
     node = top
     while True:
-        window.append(next(each for each in kernel.loops if same(each.node, node)))
+        window.append(kernel.at(node))
         body = field(node, "body")
         *prelude, last = statements(body) if body is not None else [node]
         if not all(_is_local_or_guard(s) for s in prelude):
