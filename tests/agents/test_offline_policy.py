@@ -154,11 +154,12 @@ def test_after_a_strategy_did_not_pay_on_a_loop_its_other_parameters_wait(team: 
 
 
 def test_what_did_not_pay_on_this_very_source_waits_under_other_flags(team: Team) -> None:
-    """attention: interchange lost on the start; after -ffast-math the code is the same."""
+    """attention: interchange and a tile of 32 lost on the start; after -ffast-math the code
+    is the same, and a tile of 64 on that loop is what was just learned too."""
     gemm = situation(team, "gemm", "matmul", [])
     lost_here = replace(gemm, lost=frozenset({"packed_gemm(kc=512, loop=L0)"}))
 
-    assert first_move(lost_here) == "packed_gemm(kc=256, loop=L0)"
+    assert strategy_name(first_move(lost_here)) != "packed_gemm"
 
 
 def test_a_flag_set_that_another_one_includes_is_not_offered() -> None:

@@ -17,6 +17,10 @@ cannot outvote the prior and many similar ones can. An approved rule in hot memo
 the strategy adds a fixed bonus. It proposes the best, and states which retrieved items
 decided that and why, exactly as an LLM policy declares adoption, so ATU and UGC learn from
 it the same way.
+
+On a starting kernel it can also replay a path memory brought back (apps/agents/offline/
+replay.py): every step of a similar operator's path to its best kernel that applies here, as
+one candidate, scored by that path's gain weighted like a case's evidence.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 import math
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from apps.agents.offline.features import kernel_features, overlap
+from apps.agents.offline.replay import Path, fits, head_of, paths, replay_label
 from apps.agents.offline.transforms import (
     TransformError,
     applicable,
@@ -91,7 +96,9 @@ class OfflineSearchPolicy:
     def propose(self, situation: Situation, tools: Tools) -> Proposal:
         if situation.incumbent is None:
             return Proposal(None, rationale=no_start_reason(situation))
-        options = [c for c in moves(situation) if c.strategy not in situation.tried]
+        replays = {r.candidate.strategy: r for r in replay_moves(situation)}
+        options = [c for c in [*moves(situation), *(r.candidate for r in replays.values())]
+                   if c.strategy not in situation.tried]  # fmt: skip
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried")  # fmt: skip
@@ -100,10 +107,14 @@ class OfflineSearchPolicy:
         worn = worn_moves(situation)
         scored = sorted(options, reverse=True, key=lambda c: (
             move_key(c.strategy) not in worn and c.strategy not in situation.lost,
-            *score_key(c, evidence, situation.seed, order),
+            *score_key(c, evidence, situation.seed, order, replays),
         ))  # fmt: skip
         chosen = scored[0]
-        adopted = adoption(chosen, scored, evidence, order)
+        if chosen.strategy in replays:
+            adopted = [{"key": replays[chosen.strategy].path.key,
+                        "why": replays[chosen.strategy].why}]  # fmt: skip
+        else:
+            adopted = adoption(chosen, scored, evidence, order)
         rationale = f"{chosen.strategy}: " + (
             "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
         )
@@ -111,9 +122,10 @@ class OfflineSearchPolicy:
 
 
 def worn_moves(situation: Situation) -> set[tuple[str, str]]:
-    """The (move, loop) pairs already tried on the incumbent: their other parameters (a tile
-    of 64 after a tile of 32 did not pay, on the same loop) come after everything fresh."""
-    return {move_key(label) for label in situation.tried}
+    """The (move, loop) pairs already tried on the incumbent or lost on its very source: their
+    other parameters (a tile of 64 after a tile of 32 did not pay, on the same loop) come after
+    everything fresh."""
+    return {move_key(label) for label in situation.tried | situation.lost}
 
 
 def move_key(label: str) -> tuple[str, str]:
@@ -190,6 +202,85 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
     return moves
 
 
+# --- a path memory brought back ------------------------------------------------------------
+
+MIN_REPLAY_STEPS = 2  # one step is an ordinary move, offered (and scored) as such
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A retrieved path applied to the starting kernel as one candidate."""
+
+    candidate: Candidate
+    path: Path
+    weight: float  # how much the path applies here, 0..1, as a case's evidence weighs
+
+    @property
+    def score(self) -> float:
+        """The path's gain, shrunk like one case's evidence, on top of the prior's first move:
+        it holds the moves that paid most on a kernel like this one."""
+        gain = min(MAX_GAIN, math.log(self.path.speedup))
+        return PRIOR_WEIGHT + gain * self.weight / (1.0 + self.weight)
+
+    @property
+    def why(self) -> str:
+        return (f"replayed the path of {self.path.operator}'s best kernel (case:"
+                f"{self.path.best_case_id}, {self.path.speedup:.2f}x over its start, "
+                f"{self.weight:.0%} relevant here)")  # fmt: skip
+
+
+def replay_moves(situation: Situation) -> list[Replay]:
+    """Each retrieved path replayed on the starting kernel, where two or more of its steps
+    apply. Only from the start: the steps were found from a start, in order."""
+    incumbent = situation.incumbent
+    if incumbent is None or not situation.retrieved or not at_start(incumbent.case_id):
+        return []
+    here = kernel_features(incumbent.candidate.source)
+    found = paths(situation.retrieved, session_id=situation.session_id,
+                  version_id=situation.operator.version_id)  # fmt: skip
+    replays = []
+    for path in found:
+        candidate = replayed(path, incumbent.candidate, situation)
+        family = 1.0 if path.family == situation.operator.family else OTHER_FAMILY_FACTOR
+        weight = path.similarity * overlap(here, kernel_features(path.start_source)) * family
+        if candidate is not None and weight > 0:
+            replays.append(Replay(candidate, path, weight))
+    return replays
+
+
+def at_start(case_id: int) -> bool:
+    return Case.objects.filter(pk=case_id, parent__isnull=True).exists()
+
+
+def replayed(path: Path, base: Candidate, situation: Situation) -> Candidate | None:
+    """`base` after every step of `path` that applies to it, in order; None when fewer than
+    MIN_REPLAY_STEPS did."""
+    candidate, applied = base, list[str]()
+    for step in path.steps:
+        after = step_applied(step, candidate, situation)
+        if after is None or not fits(replay_label(path.best_case_id, [*applied, step])):
+            continue
+        candidate, applied = after, [*applied, step]
+    if len(applied) < MIN_REPLAY_STEPS:
+        return None
+    return replace(candidate, strategy=replay_label(path.best_case_id, applied))
+
+
+def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate | None:
+    """`base` after one step of a path; None when the step does not apply to it or changes
+    nothing (a flag set it has, a flag set that broke this operator, a loop it lacks)."""
+    if step.startswith(("flags(", "threads(")):
+        allowed = situation.operator.fast_math_allowed
+        offered = thread_moves(base) + flag_moves(base, fast_math_allowed=allowed)
+        return next((c for c in offered if c.strategy == step and step not in situation.broke),
+                    None)  # fmt: skip
+    try:
+        source = apply(strategy_from_label(step), base.source)
+    except TransformError:
+        return None
+    return Candidate(source, step, base.flags, threads_for(source, base))
+
+
 # --- what memory says ------------------------------------------------------------------------
 
 
@@ -214,8 +305,9 @@ def move_of(label: str) -> str:
 
 
 def first_line(text: str) -> str:
+    """The strategy a label names, without the steps a replay lists."""
     lines = text.strip().splitlines()
-    return lines[0] if lines else ""
+    return head_of(lines[0]) if lines else ""
 
 
 def speaks_for(evidence_move: str, move: str) -> bool:
@@ -329,11 +421,15 @@ def loop_number(loop: str) -> int:
     return int(loop[1:]) if loop[1:].isdigit() else 0
 
 
-def score_key(
-    candidate: Candidate, evidence: list[Evidence], seed: int, order: tuple[str, ...]
-) -> tuple[float, float, float]:
-    move = move_of(candidate.strategy)
+Score = tuple[float, float, float]
+
+
+def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
+              order: tuple[str, ...], replays: dict[str, Replay]) -> Score:  # fmt: skip
     tie_break = random.Random(f"{seed}:{candidate.strategy}").random()  # noqa: S311
+    if candidate.strategy in replays:
+        return (replays[candidate.strategy].score, 0.0, tie_break)
+    move = move_of(candidate.strategy)
     score = prior(move, order) + evidence_for(move, evidence)
     return (score, param_preference(candidate.strategy), tie_break)
 

@@ -1,0 +1,111 @@
+"""Paths of the experience forest worth replaying: the strategies that took an operator's
+starting kernel to the best kernel of its tree, in order.
+
+A retrieved case points to its tree (the cases of one operator in one session); the tree's
+best correct kernel and its lineage back to the start make the path. The offline policy
+replays a path on a starting kernel as one candidate (see policy.replay_moves), so what took a
+similar operator ten rounds to find costs one round here. A replayed candidate's label names
+the case it followed and the steps it applied, so a path through it expands to those steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apps.agents.policy import MAX_STRATEGY_CHARS
+from apps.memory.models import Case
+from apps.memory.retrieval import Hit
+
+REPLAY = "replay"
+STEP_SEPARATOR = "; "
+
+
+@dataclass(frozen=True)
+class Path:
+    key: str  # the retrieved case that led to the tree
+    similarity: float  # that hit's retrieval similarity
+    operator: str
+    family: str
+    best_case_id: int
+    start_source: str
+    steps: tuple[str, ...]  # strategy labels, from the start to the best kernel
+    speedup: float  # the best kernel's latency over its start's
+
+
+def replay_label(case_id: int, steps: list[str]) -> str:
+    """`replay(case=N): a; b; c`: the case whose path was followed, and the steps applied."""
+    return f"{REPLAY}(case={case_id}): " + STEP_SEPARATOR.join(steps)
+
+
+def fits(label: str) -> bool:
+    """Whether a case's strategy field keeps the label whole (a cut one would lose steps)."""
+    return len(label) <= MAX_STRATEGY_CHARS
+
+
+def is_replay(label: str) -> bool:
+    return label.startswith(f"{REPLAY}(")
+
+
+def head_of(label: str) -> str:
+    """A label without a replay's steps: `replay(case=N)`; any other label as it is."""
+    return label.partition(": ")[0] if is_replay(label) else label
+
+
+def steps_of(label: str) -> list[str]:
+    """The strategies a label applied: the steps of a replay, else the label itself."""
+    if not is_replay(label):
+        return [label.strip()]
+    listed = label.partition("): ")[2]
+    return [step.strip() for step in listed.split(STEP_SEPARATOR) if step.strip()]
+
+
+def paths(hits: list[Hit], *, session_id: int, version_id: int) -> list[Path]:
+    """One path per tree the retrieved cases point to, best first; the tree being grown now
+    (this session, this operator) is left out."""
+    found: dict[int, Path] = {}
+    for hit in hits:
+        case = case_of(hit)
+        if case is None or (case.session_id, case.version_id) == (session_id, version_id):
+            continue
+        path = best_path(case, hit)
+        if path is not None and path.best_case_id not in found:
+            found[path.best_case_id] = path
+    return sorted(found.values(), key=lambda p: -p.speedup)
+
+
+def case_of(hit: Hit) -> Case | None:
+    prefix, _, number = hit.key.partition(":")
+    if hit.kind != "case" or prefix != "case" or not number.isdigit():
+        return None
+    return Case.objects.filter(pk=int(number)).select_related("version__operator").first()
+
+
+def best_path(case: Case, hit: Hit) -> Path | None:
+    """The path to the last incumbent of `case`'s tree (each kernel on it was judged faster
+    than its parent); None while nothing in the tree has replaced its start."""
+    tree = Case.objects.filter(session_id=case.session_id, version_id=case.version_id,
+                               target=case.target)  # fmt: skip
+    best = tree.filter(outcome=Case.Outcome.IMPROVED, correct=True, latency_ms__isnull=False,
+                       parent__isnull=False).order_by("-iteration").first()  # fmt: skip
+    if best is None or best.latency_ms is None:
+        return None
+    lineage = lineage_of(best)
+    start = lineage[0]
+    if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
+        return None
+    steps = tuple(step for c in lineage[1:] for step in steps_of(c.strategy))
+    operator = case.version.operator
+    return Path(
+        key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
+        operator=operator.slug, family=operator.family, best_case_id=best.pk,
+        start_source=start.source.text, steps=steps, speedup=start.latency_ms / best.latency_ms,
+    )  # fmt: skip
+
+
+def lineage_of(case: Case) -> list[Case]:
+    """`case` and its ancestors, the starting kernel first."""
+    chain = [case]
+    while chain[-1].parent_id is not None:
+        parent = Case.objects.select_related("source").get(pk=chain[-1].parent_id)
+        chain.append(parent)
+    return chain[::-1]

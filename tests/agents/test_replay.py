@@ -1,0 +1,160 @@
+"""Replaying a retrieved path: what took a similar operator several rounds, in one candidate."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from apps.accounts.models import Team
+from apps.agents.offline.policy import OfflineSearchPolicy
+from apps.agents.offline.replay import paths, replay_label, steps_of
+from apps.agents.offline.transforms import apply, strategy_from_label
+from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
+from apps.devices.services import kernel_source_store
+from apps.memory.journal import journal_append
+from apps.memory.retrieval import Hit
+from apps.operators.builtin_suite import read_builtin_suite
+from apps.runs.models import OptimizationSession
+from tests.factories import stored_builtin
+
+ATTENTION_PATH = ["flags(set=fast_math)", "float_accumulator(loop=L3)",
+                  "omp_parallel_private(loop=L0)"]  # fmt: skip
+
+
+def naive(slug: str) -> str:
+    return next(f for f in read_builtin_suite() if f.spec.slug == slug).naive_source
+
+
+class Tree:
+    """One operator's cases in one session: a start, then children of the incumbent."""
+
+    def __init__(self, team: Team, slug: str) -> None:
+        self.version = stored_builtin(slug)
+        self.session = OptimizationSession.objects.create(team=team, target="cpu-c",
+                                                          memory_mode="off")  # fmt: skip
+        self.iteration, self.latency = 0, 100.0
+        self.start = self.record("starting kernel", "no_change", self.latency,
+                                 source_sha256=kernel_source_store(naive(slug)).sha256)  # fmt: skip
+        self.incumbent = self.start
+
+    def grow(self, strategy: str, speedup: float) -> int:
+        """A child of the incumbent `speedup` times faster; it replaces it when faster."""
+        latency = self.latency / speedup
+        outcome = "improved" if speedup > 1 else "regressed"
+        case = self.record(strategy, outcome, latency, parent_case_id=self.incumbent,
+                           speedup_vs_parent=speedup)  # fmt: skip
+        if outcome == "improved":
+            self.incumbent, self.latency = case, latency
+        return case
+
+    def record(self, strategy: str, outcome: str, latency: float, **more: object) -> int:
+        event = journal_append(session_id=self.session.pk, kind="case_recorded", payload={
+            "version_id": self.version.pk, "target": "cpu-c", "correct": True,
+            "iteration": self.iteration, "strategy": strategy, "outcome": outcome,
+            "latency_ms": latency, **more})  # fmt: skip
+        self.iteration += 1
+        return event.pk
+
+
+def hit(case_id: int) -> Hit:
+    return Hit(key=f"case:{case_id}", kind="case", text="", provenance={},
+               scores={"similarity": 0.8, "downstream": 0.0, "value": 0.0,
+                       "rank_score": 0.8})  # fmt: skip
+
+
+def attention_tree(team: Team) -> tuple[Tree, int]:
+    """attention's path to its best kernel, and a regressed try off it (the retrieved one)."""
+    tree = Tree(team, "attention")
+    tree.grow(ATTENTION_PATH[0], 2.4)
+    off_path = tree.grow("interchange(loop=L6)", 0.5)
+    tree.grow(ATTENTION_PATH[1], 1.06)
+    tree.grow(ATTENTION_PATH[2], 1.9)
+    return tree, off_path
+
+
+def at_start_of(team: Team, slug: str, retrieved: list[Hit]) -> Situation:
+    here = Tree(team, slug)
+    incumbent = Attempt(here.start, Candidate(naive(slug), "starting kernel"), "no_change",
+                        True, 100.0, "")  # fmt: skip
+    brief = OperatorBrief(slug, slug, "attention", "", here.version.pk, 1e-3, 1e-3)
+    return Situation(session_id=here.session.pk, team_id=team.pk, target="cpu-c",
+                     operator=brief, stage="optimization", iteration=1, rounds_left=4,
+                     incumbent=incumbent, latest=incumbent, tried=frozenset(), context=None,
+                     retrieved=retrieved)  # fmt: skip
+
+
+def propose(situation: Situation) -> Proposal:
+    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+    assert proposal.candidate is not None
+    return proposal
+
+
+def test_a_similar_operator_s_path_is_replayed_on_the_start_as_one_candidate(team: Team) -> None:
+    tree, retrieved = attention_tree(team)
+
+    proposal = propose(at_start_of(team, "causal_attention", [hit(retrieved)]))
+
+    expected = naive("causal_attention")
+    for step in ATTENTION_PATH[1:]:
+        expected = apply(strategy_from_label(step), expected)
+    candidate = proposal.candidate
+    assert candidate is not None
+    assert candidate.strategy == replay_label(tree.incumbent, ATTENTION_PATH)
+    assert candidate.source == expected
+    assert candidate.flags == ("-ffast-math",)
+    assert candidate.threads == (os.cpu_count() or 1)
+    assert [a["key"] for a in proposal.adopted] == [f"case:{retrieved}"]
+    assert "attention's best kernel" in proposal.adopted[0]["why"]
+
+
+def test_a_path_is_only_replayed_from_the_start(team: Team) -> None:
+    _, retrieved = attention_tree(team)
+    start = at_start_of(team, "causal_attention", [hit(retrieved)])
+    assert start.incumbent is not None
+    later = Tree(team, "causal_attention")
+    later_case = later.grow("restrict_pointers()", 1.1)
+
+    moved_on = replace(start, incumbent=replace(start.incumbent, case_id=later_case))
+
+    candidate = propose(moved_on).candidate
+    assert candidate is not None and not candidate.strategy.startswith("replay(")
+
+
+def test_steps_that_do_not_apply_here_are_left_out_and_one_step_is_no_replay(team: Team) -> None:
+    """attention's tile of loop L6 has no loop to tile in causal_attention; a flag set that
+    broke this operator is not replayed either."""
+    tree = Tree(team, "attention")
+    tree.grow("tile(loop=L6, size=32)", 1.5)
+    tree.grow("flags(set=fast_math)", 2.0)
+    best = tree.grow("float_accumulator(loop=L3)", 1.2)
+    causal = at_start_of(team, "causal_attention", [hit(best)])
+
+    replayed = propose(causal).candidate
+    assert replayed is not None
+    assert steps_of(replayed.strategy) == ["flags(set=fast_math)", "float_accumulator(loop=L3)"]
+
+    fast_math_broke = replace(causal, broke=frozenset({"flags(set=fast_math)"}))
+    candidate = propose(fast_math_broke).candidate
+    assert candidate is not None and not candidate.strategy.startswith("replay(")
+
+
+def test_a_path_through_a_replayed_kernel_lists_the_steps_it_applied(team: Team) -> None:
+    tree = Tree(team, "causal_attention")
+    tree.grow(replay_label(1, ATTENTION_PATH[:2]), 2.5)
+    best = tree.grow(ATTENTION_PATH[2], 1.9)
+
+    [path] = paths([hit(best)], session_id=0, version_id=0)
+
+    assert path.steps == tuple(ATTENTION_PATH)
+    assert path.best_case_id == best and path.operator == "causal_attention"
+    assert round(path.speedup, 2) == 4.75
+
+
+def test_the_tree_being_grown_and_a_tree_that_never_improved_give_no_path(team: Team) -> None:
+    grown = Tree(team, "attention")
+    best = grown.grow("flags(set=fast_math)", 2.0)
+    stuck = Tree(team, "attention")
+    regressed = stuck.grow("interchange(loop=L6)", 0.5)
+
+    assert paths([hit(best)], session_id=grown.session.pk, version_id=grown.version.pk) == []
+    assert paths([hit(regressed)], session_id=0, version_id=0) == []
