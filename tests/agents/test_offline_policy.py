@@ -173,3 +173,18 @@ def test_a_flag_set_that_another_one_includes_is_not_offered() -> None:
     assert "flags(set=fp_contract)" not in [
         c.strategy for c in flag_moves(fast, fast_math_allowed=True)
     ]
+
+
+def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) -> None:
+    """After -ffast-math, with interchange and a tile of 32 lost on the start: each of its
+    three accumulators is a round, the private parallel region is 2x on two cores."""
+    start = situation(team, "attention", "attention", [])
+    assert start.incumbent is not None
+    fast = replace(start.incumbent.candidate, strategy="flags(set=fast_math)",
+                   flags=("-ffast-math",))  # fmt: skip
+    after_fast_math = replace(
+        start, incumbent=replace(start.incumbent, candidate=fast),
+        lost=frozenset({"interchange(loop=L6)", "tile(loop=L6, size=32)"}),
+    )  # fmt: skip
+
+    assert first_move(after_fast_math) == "omp_parallel_private(loop=L0)"

@@ -47,11 +47,13 @@ from apps.memory.values import Distiller, summarizer
 # convolution lowered to one (each only applies to such nests, and nothing else comes near it
 # there), loop order and accumulation (they unlock vectorization), flags that let gcc vectorize
 # math, then threads (a loop that uses scratch buffers gets a copy per thread: made parallel
-# as it is, it races on them), then the finer tools. Only a tie-breaker once memory speaks.
+# as it is, it races on them), then the finer tools: a float accumulator (one per loop, each a
+# round; attention has three, and spent its rounds on them before its threads), restrict,
+# simd, hoisting, unrolling. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
     "packed_gemm", "im2col_gemm", "accumulate_in_output", "interchange", "tile",
-    "flags(set=fast_math)", "flags(set=fp_contract)", "float_accumulator",
-    "omp_parallel_private", "omp_parallel_for", "restrict_pointers", "omp_simd",
+    "flags(set=fast_math)", "flags(set=fp_contract)", "omp_parallel_private",
+    "omp_parallel_for", "float_accumulator", "restrict_pointers", "omp_simd",
     "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
 # The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
