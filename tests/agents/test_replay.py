@@ -129,9 +129,11 @@ def test_steps_that_do_not_apply_here_are_left_out_and_one_step_is_no_replay(tea
     best = tree.grow("float_accumulator(loop=L3)", 1.2)
     causal = at_start_of(team, "causal_attention", [hit(best)])
 
-    replayed = propose(causal).candidate
-    assert replayed is not None
-    assert steps_of(replayed.strategy) == ["flags(set=fast_math)", "float_accumulator(loop=L3)"]
+    proposal = propose(causal)
+    assert proposal.candidate is not None
+    assert steps_of(proposal.candidate.strategy) == ["flags(set=fast_math)",
+                                                     "float_accumulator(loop=L3)"]  # fmt: skip
+    assert "2 steps that apply here gained 2.40x there" in proposal.adopted[0]["why"]
 
     fast_math_broke = replace(causal, broke=frozenset({"flags(set=fast_math)"}))
     candidate = propose(fast_math_broke).candidate
@@ -145,7 +147,8 @@ def test_a_path_through_a_replayed_kernel_lists_the_steps_it_applied(team: Team)
 
     [path] = paths([hit(best)], session_id=0, version_id=0)
 
-    assert path.steps == tuple(ATTENTION_PATH)
+    assert [step.label for step in path.steps] == ATTENTION_PATH
+    assert [round(step.gain, 3) for step in path.steps] == [0.458, 0.458, 0.642]  # ln 2.5 / 2
     assert path.best_case_id == best and path.operator == "causal_attention"
     assert round(path.speedup, 2) == 4.75
 
@@ -158,3 +161,16 @@ def test_the_tree_being_grown_and_a_tree_that_never_improved_give_no_path(team: 
 
     assert paths([hit(best)], session_id=grown.session.pk, version_id=grown.version.pk) == []
     assert paths([hit(regressed)], session_id=0, version_id=0) == []
+
+
+def test_a_path_that_did_not_lower_a_matrix_product_does_not_stand_in_for_it(team: Team) -> None:
+    """row_sum's path helps logsumexp_rows; on matmul_bias_relu the packed GEMM comes first."""
+    tree = Tree(team, "row_sum")
+    tree.grow("flags(set=fast_math)", 2.5)
+    best = tree.grow("omp_parallel_for(loop=L0, schedule=static)", 1.8)
+
+    logsumexp = propose(at_start_of(team, "logsumexp_rows", [hit(best)])).candidate
+    matmul = propose(at_start_of(team, "matmul_bias_relu", [hit(best)])).candidate
+
+    assert logsumexp is not None and logsumexp.strategy.startswith("replay(")
+    assert matmul is not None and matmul.strategy.startswith("packed_gemm(")

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, replace
 
 from apps.agents.offline.features import kernel_features, overlap
-from apps.agents.offline.replay import Path, fits, head_of, paths, replay_label
+from apps.agents.offline.replay import Path, Step, fits, head_of, paths, replay_label
 from apps.agents.offline.transforms import (
     TransformError,
     applicable,
@@ -98,14 +98,15 @@ class OfflineSearchPolicy:
     def propose(self, situation: Situation, tools: Tools) -> Proposal:
         if situation.incumbent is None:
             return Proposal(None, rationale=no_start_reason(situation))
-        replays = {r.candidate.strategy: r for r in replay_moves(situation)}
-        options = [c for c in [*moves(situation), *(r.candidate for r in replays.values())]
+        order = prior_order(kernel_features(situation.incumbent.candidate.source))
+        ordinary = moves(situation)
+        replays = {r.candidate.strategy: r for r in replay_moves(situation, ordinary, order)}
+        options = [c for c in [*ordinary, *(r.candidate for r in replays.values())]
                    if c.strategy not in situation.tried]  # fmt: skip
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried")  # fmt: skip
         evidence = gather_evidence(situation)
-        order = prior_order(kernel_features(situation.incumbent.candidate.source))
         worn = worn_moves(situation)
         scored = sorted(options, reverse=True, key=lambda c: (
             move_key(c.strategy) not in worn and c.strategy not in situation.lost,
@@ -207,6 +208,9 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
 # --- a path memory brought back ------------------------------------------------------------
 
 MIN_REPLAY_STEPS = 2  # one step is an ordinary move, offered (and scored) as such
+# Where a matrix product or a convolution can be lowered to the packed GEMM, nothing else comes
+# near it (see PRIOR_ORDER): a path that did not make that lowering does not stand in for it.
+LOWERINGS = ("packed_gemm", "im2col_gemm")
 
 
 @dataclass(frozen=True)
@@ -215,38 +219,54 @@ class Replay:
 
     candidate: Candidate
     path: Path
+    applied: tuple[Step, ...]  # the path's steps that applied here
     weight: float  # how much the path applies here, 0..1, as a case's evidence weighs
+    prior: float  # the fixed prior of its best step here
+
+    @property
+    def gain(self) -> float:
+        """What the applied steps gained where they were found (ln speedup, capped)."""
+        return min(MAX_GAIN, sum(step.gain for step in self.applied))
 
     @property
     def score(self) -> float:
-        """The path's gain, shrunk like one case's evidence, on top of the prior's first move:
-        it holds the moves that paid most on a kernel like this one."""
-        gain = min(MAX_GAIN, math.log(self.path.speedup))
-        return PRIOR_WEIGHT + gain * self.weight / (1.0 + self.weight)
+        """As its best step would rank, plus the applied steps' gain, shrunk like one case's
+        evidence."""
+        return self.prior + self.gain * self.weight / (1.0 + self.weight)
 
     @property
     def why(self) -> str:
         return (f"replayed the path of {self.path.operator}'s best kernel (case:"
-                f"{self.path.best_case_id}, {self.path.speedup:.2f}x over its start, "
-                f"{self.weight:.0%} relevant here)")  # fmt: skip
+                f"{self.path.best_case_id}, {self.path.speedup:.2f}x over its start; the "
+                f"{len(self.applied)} steps that apply here gained {math.exp(self.gain):.2f}x "
+                f"there; {self.weight:.0%} relevant here)")  # fmt: skip
 
 
-def replay_moves(situation: Situation) -> list[Replay]:
+def replay_moves(situation: Situation, options: list[Candidate],
+                 order: tuple[str, ...]) -> list[Replay]:  # fmt: skip
     """Each retrieved path replayed on the starting kernel, where two or more of its steps
-    apply. Only from the start: the steps were found from a start, in order."""
+    apply and gained there, and it makes every lowering among `options` that it could. Only
+    from the start: the steps were found from a start, in order."""
     incumbent = situation.incumbent
     if incumbent is None or not situation.retrieved or not at_start(incumbent.case_id):
         return []
     here = kernel_features(incumbent.candidate.source)
+    lowerings = {strategy_name(c.strategy) for c in options} & set(LOWERINGS)
     found = paths(situation.retrieved, session_id=situation.session_id,
                   version_id=situation.operator.version_id)  # fmt: skip
     replays = []
     for path in found:
-        candidate = replayed(path, incumbent.candidate, situation)
+        made = replayed(path, incumbent.candidate, situation)
+        if made is None:
+            continue
+        candidate, applied = made
+        names = {strategy_name(step.label) for step in applied}
         family = 1.0 if path.family == situation.operator.family else OTHER_FAMILY_FACTOR
         weight = path.similarity * overlap(here, kernel_features(path.start_source)) * family
-        if candidate is not None and weight > 0:
-            replays.append(Replay(candidate, path, weight))
+        best_prior = max(prior(move_of(step.label), order) for step in applied)
+        replay = Replay(candidate, path, tuple(applied), weight, best_prior)
+        if weight > 0 and replay.gain > 0 and lowerings <= names:
+            replays.append(replay)
     return replays
 
 
@@ -254,18 +274,21 @@ def at_start(case_id: int) -> bool:
     return Case.objects.filter(pk=case_id, parent__isnull=True).exists()
 
 
-def replayed(path: Path, base: Candidate, situation: Situation) -> Candidate | None:
-    """`base` after every step of `path` that applies to it, in order; None when fewer than
-    MIN_REPLAY_STEPS did."""
-    candidate, applied = base, list[str]()
+def replayed(path: Path, base: Candidate,
+             situation: Situation) -> tuple[Candidate, list[Step]] | None:  # fmt: skip
+    """`base` after every step of `path` that applies to it, in order, and those steps; None
+    when fewer than MIN_REPLAY_STEPS did."""
+    candidate, applied = base, list[Step]()
     for step in path.steps:
-        after = step_applied(step, candidate, situation)
-        if after is None or not fits(replay_label(path.best_case_id, [*applied, step])):
+        after = step_applied(step.label, candidate, situation)
+        labels = [s.label for s in [*applied, step]]
+        if after is None or not fits(replay_label(path.best_case_id, labels)):
             continue
         candidate, applied = after, [*applied, step]
     if len(applied) < MIN_REPLAY_STEPS:
         return None
-    return replace(candidate, strategy=replay_label(path.best_case_id, applied))
+    label = replay_label(path.best_case_id, [s.label for s in applied])
+    return replace(candidate, strategy=label), applied
 
 
 def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate | None:

@@ -10,6 +10,8 @@ the case it followed and the steps it applied, so a path through it expands to t
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from apps.agents.policy import MAX_STRATEGY_CHARS
@@ -21,6 +23,12 @@ STEP_SEPARATOR = "; "
 
 
 @dataclass(frozen=True)
+class Step:
+    label: str  # a strategy label
+    gain: float  # ln of the speedup it brought over its parent where it was found
+
+
+@dataclass(frozen=True)
 class Path:
     key: str  # the retrieved case that led to the tree
     similarity: float  # that hit's retrieval similarity
@@ -28,7 +36,7 @@ class Path:
     family: str
     best_case_id: int
     start_source: str
-    steps: tuple[str, ...]  # strategy labels, from the start to the best kernel
+    steps: tuple[Step, ...]  # from the start to the best kernel
     speedup: float  # the best kernel's latency over its start's
 
 
@@ -93,7 +101,8 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     start = lineage[0]
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
-    steps = tuple(step for c in lineage[1:] for step in steps_of(c.strategy))
+    steps = tuple(step for parent, child in itertools.pairwise(lineage)
+                  for step in steps_with_gains(parent, child))  # fmt: skip
     operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
@@ -109,3 +118,14 @@ def lineage_of(case: Case) -> list[Case]:
         parent = Case.objects.select_related("source").get(pk=chain[-1].parent_id)
         chain.append(parent)
     return chain[::-1]
+
+
+def steps_with_gains(parent: Case, child: Case) -> list[Step]:
+    """The steps that made `child` from `parent`, sharing its gain equally (the steps of a
+    replay were timed together)."""
+    speedup = child.speedup_vs_parent
+    if not speedup and parent.latency_ms and child.latency_ms:
+        speedup = parent.latency_ms / child.latency_ms
+    labels = steps_of(child.strategy)
+    gain = math.log(speedup) / len(labels) if speedup and speedup > 0 else 0.0
+    return [Step(label, gain) for label in labels]
