@@ -174,3 +174,21 @@ def test_a_path_that_did_not_lower_a_matrix_product_does_not_stand_in_for_it(tea
 
     assert logsumexp is not None and logsumexp.strategy.startswith("replay(")
     assert matmul is not None and matmul.strategy.startswith("packed_gemm(")
+
+
+def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_buffers(
+    team: Team,
+) -> None:
+    """layernorm's parallel row loop, replayed on attention, whose head loop shares a row of
+    scores: made parallel as it is, it races (it was incorrect in a suite run)."""
+    tree = Tree(team, "layernorm")
+    tree.grow("flags(set=fast_math)", 2.0)
+    best = tree.grow("omp_parallel_for(loop=L0, schedule=static)", 1.8)
+
+    candidate = propose(at_start_of(team, "attention", [hit(best)])).candidate
+
+    assert candidate is not None
+    assert steps_of(candidate.strategy) == ["flags(set=fast_math)",
+                                            "omp_parallel_private(loop=L0)"]  # fmt: skip
+    assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
+                                     naive("attention"))  # fmt: skip

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from apps.agents.offline.features import kernel_features, overlap
 from apps.agents.offline.replay import Path, Step, fits, head_of, paths, replay_label
 from apps.agents.offline.transforms import (
+    Strategy,
     TransformError,
     applicable,
     apply,
@@ -281,10 +282,11 @@ def replayed(path: Path, base: Candidate,
     candidate, applied = base, list[Step]()
     for step in path.steps:
         after = step_applied(step.label, candidate, situation)
-        labels = [s.label for s in [*applied, step]]
-        if after is None or not fits(replay_label(path.best_case_id, labels)):
+        if after is None:
             continue
-        candidate, applied = after, [*applied, step]
+        made = Step(after.strategy, step.gain)  # the step as it applied here
+        if fits(replay_label(path.best_case_id, [s.label for s in [*applied, made]])):
+            candidate, applied = after, [*applied, made]
     if len(applied) < MIN_REPLAY_STEPS:
         return None
     label = replay_label(path.best_case_id, [s.label for s in applied])
@@ -300,10 +302,25 @@ def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate 
         return next((c for c in offered if c.strategy == step and step not in situation.broke),
                     None)  # fmt: skip
     try:
-        source = apply(strategy_from_label(step), base.source)
+        strategy = parallel_as_needed(strategy_from_label(step), base.source)
+        source = apply(strategy, base.source)
     except TransformError:
         return None
-    return Candidate(source, step, base.flags, threads_for(source, base))
+    return Candidate(source, strategy.label(), base.flags, threads_for(source, base))
+
+
+def parallel_as_needed(strategy: Strategy, source: str) -> Strategy:
+    """A path's parallel loop, as this kernel needs it: where the loop uses scratch buffers
+    (attention's row of scores), made parallel as it is it races on them (the prior puts
+    omp_parallel_private first for that reason); the private region shares them out."""
+    if strategy.name != "omp_parallel_for":
+        return strategy
+    private = Strategy.make("omp_parallel_private", loop=strategy.param("loop"))
+    try:
+        apply(private, source)
+    except TransformError:
+        return strategy
+    return private
 
 
 # --- what memory says ------------------------------------------------------------------------
