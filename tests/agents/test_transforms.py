@@ -309,6 +309,14 @@ def test_im2col_gemm_refuses_what_is_not_a_windowed_product() -> None:
         apply(make("im2col_gemm", loop="L1", kc=128), naive("avg_pool2d"))
 
 
+def test_im2col_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
+    lowered = apply(make("im2col_gemm", loop="L1", kc=512), naive("conv2d"))
+
+    assert not [s for s in applicable(lowered) if s.name == "im2col_gemm"]
+    with pytest.raises(TransformError, match=r"loop L13 .* is the fallback of a lowering"):
+        apply(make("im2col_gemm", loop="L13", kc=512), lowered)
+
+
 def test_omp_parallel_private_gives_each_thread_its_own_scratch_buffers() -> None:
     for operator in ("attention", "causal_attention"):
         offered = [s.label() for s in strategies_for(operator) if s.name == "omp_parallel_private"]

@@ -1607,6 +1607,7 @@ class _Window:
 def _im2col_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     loop = kernel.loop(strategy)
     kc = _choice(strategy, "kc", GEMM_K_SLABS)
+    _not_a_fallback(strategy, loop)
     nest = _windowed_nest(kernel, strategy, loop)
     used = set(identifiers(kernel.tree.root_node))
     roles = ("depth", "cols", "patches", "weights", "sums", "held")
@@ -1618,6 +1619,22 @@ def _im2col_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
         at = line_start(kernel.source, kernel.function.start_byte)
         edits.append(insertion(at, HELPER_SOURCE + "\n"))
     return edits
+
+
+def _not_a_fallback(strategy: Strategy, loop: _Loop) -> None:
+    """The nest a lowering keeps for when its buffers cannot be had: lowered again, it only
+    nests another copy of the lowered code under that rare branch (conv2d spent three rounds
+    on it in a suite run)."""
+    child, node = loop.node, loop.node.parent
+    while node is not None:
+        alternative = node.child_by_field_name("alternative")
+        consequence = node.child_by_field_name("consequence")
+        if (node.type == "if_statement" and alternative is not None and consequence is not None
+                and alternative.start_byte <= child.start_byte < alternative.end_byte
+                and f"{HELPER_NAME}(" in text(consequence)):  # fmt: skip
+            _fail(strategy, loop, "is the fallback of a lowering already made: it runs only "
+                                  "when that lowering's buffers cannot be had")  # fmt: skip
+        child, node = node, node.parent
 
 
 def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> str:
