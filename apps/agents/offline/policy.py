@@ -306,6 +306,8 @@ def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate 
         source = apply(strategy, base.source)
     except TransformError:
         return None
+    if source == base.source:
+        return None
     return Candidate(source, strategy.label(), base.flags, threads_for(source, base))
 
 

@@ -1,11 +1,12 @@
 """Paths of the experience forest worth replaying: the strategies that took an operator's
 starting kernel to the best kernel of its tree, in order.
 
-A retrieved case points to its tree (the cases of one operator in one session); the tree's
-best correct kernel and its lineage back to the start make the path. The offline policy
-replays a path on a starting kernel as one candidate (see policy.replay_moves), so what took a
-similar operator ten rounds to find costs one round here. A replayed candidate's label names
-the case it followed and the steps it applied, so a path through it expands to those steps.
+A retrieved case points to its tree (the cases of one operator in one session); the lineage
+of the tree's last incumbent, back to its start, is the path, each step with its share of the
+speedup it brought there. The offline policy replays a path on a starting kernel as one
+candidate (see policy.replay_moves), so what took a similar operator several rounds to find
+costs one here. A replayed candidate's label names the case it followed and the steps it
+applied, so a path through it expands to those steps.
 """
 
 from __future__ import annotations
