@@ -225,9 +225,14 @@ class Replay:
     prior: float  # the fixed prior of its best step here
 
     @property
+    def gained(self) -> float:
+        """What the applied steps gained where they were found (ln speedup)."""
+        return sum(step.gain for step in self.applied)
+
+    @property
     def gain(self) -> float:
-        """What the applied steps gained where they were found (ln speedup, capped)."""
-        return min(MAX_GAIN, sum(step.gain for step in self.applied))
+        """`gained`, capped like a case's evidence."""
+        return min(MAX_GAIN, self.gained)
 
     @property
     def score(self) -> float:
@@ -239,7 +244,7 @@ class Replay:
     def why(self) -> str:
         return (f"replayed the path of {self.path.operator}'s best kernel (case:"
                 f"{self.path.best_case_id}, {self.path.speedup:.2f}x over its start; the "
-                f"{len(self.applied)} steps that apply here gained {math.exp(self.gain):.2f}x "
+                f"{len(self.applied)} steps that apply here gained {math.exp(self.gained):.2f}x "
                 f"there; {self.weight:.0%} relevant here)")  # fmt: skip
 
 
