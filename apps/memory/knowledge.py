@@ -21,6 +21,7 @@ from pgvector.django import CosineDistance
 
 from apps.accounts.models import Team
 from apps.memory.embeddings import MODEL_NAME, embed, embed_one, model_version
+from apps.memory.keys import id_in_key
 from apps.memory.models import Case, MemoryVector, Rule, RuleTransition, RuleVersion
 
 KIND = MemoryVector.Kind
@@ -244,8 +245,7 @@ def rule_provenance(result: Result, rule: Rule) -> None:
     result.rule_version = rule.approved_version or (versions[-1] if versions else None)
     approvals = [t for t in rule.transitions.all() if t.to_status == Rule.Status.APPROVED]
     result.approved = max(approvals, key=lambda t: (t.at, t.pk), default=None)
-    prefix, _, number = rule.source_key.partition(":")
-    result.source_case_id = int(number) if prefix == "case" and number.isdigit() else None
+    result.source_case_id = id_in_key(rule.source_key, "case")
 
 
 def team_document(team: Team, key: str) -> MemoryVector | None:

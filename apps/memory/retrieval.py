@@ -39,6 +39,7 @@ from django.db.models.functions import Cast, Concat
 from pgvector.django import CosineDistance
 
 from apps.memory.embeddings import MODEL_NAME, embed_one, model_version
+from apps.memory.keys import case_key
 from apps.memory.models import Case, MemoryVector, Rule
 from apps.operators.models import OperatorCase, OperatorVersion
 
@@ -115,10 +116,6 @@ def operator_filters(version: OperatorVersion) -> dict[str, str]:
 
 
 # --- case vectors ----------------------------------------------------------------------------
-
-
-def case_key(case_id: int) -> str:
-    return f"case:{case_id}"
 
 
 def case_summary(case: Case) -> str:

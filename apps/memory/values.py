@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from apps.accounts.models import Team
 from apps.memory.hot import hot_memory_refresh
 from apps.memory.journal import journal_append
+from apps.memory.keys import id_in_key
 from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 from apps.memory.rules import Wording, rule_propose
@@ -133,7 +134,7 @@ def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer
 
 
 def evidence_of(item: MemoryVector) -> dict[str, Any]:
-    case = Case.objects.filter(pk=_case_id(item.key)).first()
+    case = Case.objects.filter(pk=id_in_key(item.key, "case")).first()
     return {
         "source": item.key, "value": item.value, "adoptions": item.adoptions,
         "operators": item.adopted_operators,
@@ -144,7 +145,7 @@ def evidence_of(item: MemoryVector) -> dict[str, Any]:
 
 def summarize(item: MemoryVector) -> Wording:
     """The deterministic distiller (the Claude policy distills with the model when set up)."""
-    case = Case.objects.filter(pk=_case_id(item.key)).first()
+    case = Case.objects.filter(pk=id_in_key(item.key, "case")).first()
     statement = case.strategy.strip().splitlines()[0][:300] if case else item.text[:300]
     operators = ", ".join(item.adopted_operators)
     kind = f"{item.family or 'these'} operators on {item.target or 'this target'}"
@@ -156,11 +157,6 @@ def summarize(item: MemoryVector) -> Wording:
     )
     return Wording(statement=statement + gain, applies_when=applies,
                    not_when="untested outside the operators listed as evidence")  # fmt: skip
-
-
-def _case_id(key: str) -> int | None:
-    prefix, _, number = key.partition(":")
-    return int(number) if prefix == "case" and number.isdigit() else None
 
 
 def record_hot_memory_use(team: Team, used_rule_ids: set[int], *, mode: MemoryMode) -> None:

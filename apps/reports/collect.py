@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.memory.keys import id_in_key, rule_key
 from apps.memory.models import Case, JournalEvent, Rule
 from apps.reports.figures import OperatorRow, operator_rows, side_by_side, suite_figures
 from apps.reports.redact import redacted, setting_secrets
@@ -53,11 +54,11 @@ def rules_used(session: OptimizationSession, cases: list[dict[str, Any]],
     """The team's rules this session adopted in a candidate or carried in its hot tier."""
     adopted = Counter(a["key"] for c in cases for a in c["adopted"] if a["key"].startswith("rule:"))
     hot = Counter(k for e in contexts for k in e.payload.get("hot_rules", []))
-    ids = {int(k.split(":")[1]) for k in {*adopted, *hot} if k.split(":")[1].isdigit()}
+    ids = {n for k in {*adopted, *hot} if (n := id_in_key(k, "rule")) is not None}
     rules = Rule.objects.filter(team=session.team, pk__in=ids).prefetch_related("versions")
     out = []
     for rule in sorted(rules, key=lambda r: r.pk):
-        key = f"rule:{rule.pk}"
+        key = rule_key(rule.pk)
         version = rule.approved_version or max(rule.versions.all(), key=lambda v: v.number)
         out.append({
             "id": rule.pk, "status": rule.status, "version": version.number,

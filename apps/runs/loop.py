@@ -48,6 +48,7 @@ from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
 from apps.devices.verdicts import describe_verdict
 from apps.memory.journal import journal_append, journal_record, step_done
+from apps.memory.keys import id_in_key
 from apps.memory.learning import correctness_stage_score, optimization_stage_score
 from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import Hit, Query, retrieve
@@ -537,7 +538,7 @@ class Iteration:
         retrieved = list(dict.fromkeys(k for c in cases for k in c.retrieved))
         adopted = list(dict.fromkeys(a["key"] for c in cases for a in c.adopted))
         step = f"{self.position}:{stage}"
-        used_rules = {int(k.split(":")[1]) for k in adopted if k.startswith("rule:")}
+        used_rules = {n for k in adopted if (n := id_in_key(k, "rule")) is not None}
         with transaction.atomic():  # credited once with the stage's score, or not at all
             _, new = self.record_step("stage_scored", {
                 "operator": self.entry.slug, "stage": stage, "score": score,

@@ -15,13 +15,13 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.memory import tasks
 from apps.memory.embeddings import MODEL_NAME, embed, model_version
+from apps.memory.keys import case_key
 from apps.memory.models import Case, JournalEvent, MemoryVector
 from apps.memory.retrieval import (
     DEAD_END_SIGNAL,
     Query,
     Successor,
     case_filters,
-    case_key,
     case_summary,
     downstream_from,
     downstream_signal,

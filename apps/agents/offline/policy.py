@@ -40,6 +40,7 @@ from apps.agents.offline.transforms import (
     strategy_from_label,
 )
 from apps.agents.policy import FAILED_OUTCOMES, Candidate, Proposal, Situation, Tools
+from apps.memory.keys import id_in_key
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
@@ -377,10 +378,11 @@ def gather_evidence(situation: Situation) -> list[Evidence]:
 
 
 def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evidence | None:
-    if hit.kind != "case":
+    case_id = id_in_key(hit.key, "case")
+    if hit.kind != "case" or case_id is None:
         return None
     case = (
-        Case.objects.filter(pk=int(hit.key.split(":")[1]))
+        Case.objects.filter(pk=case_id)
         .select_related("version__operator", "parent__source")
         .first()
     )

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from apps.agents.policy import MAX_STRATEGY_CHARS
+from apps.memory.keys import id_in_key
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 
@@ -83,10 +84,10 @@ def paths(hits: list[Hit], *, session_id: int, version_id: int) -> list[Path]:
 
 
 def case_of(hit: Hit) -> Case | None:
-    prefix, _, number = hit.key.partition(":")
-    if hit.kind != "case" or prefix != "case" or not number.isdigit():
+    case_id = id_in_key(hit.key, "case")
+    if hit.kind != "case" or case_id is None:
         return None
-    return Case.objects.filter(pk=int(number)).select_related("version__operator").first()
+    return Case.objects.filter(pk=case_id).select_related("version__operator").first()
 
 
 def best_path(case: Case, hit: Hit) -> Path | None:
