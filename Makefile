@@ -45,8 +45,12 @@ lint:
 typecheck:
 	$(VENV)/bin/mypy apps kope_web loadtest
 
+# Two test processes by default (pytest-xdist): most long tests wait on the processes they
+# start, so two share two cores well. Each has its own embedded server and broker folder.
+PYTEST_WORKERS ?= 2
+
 pytest:
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # A team's load on a throwaway stack under /tmp (loopback only): the base profile, then double.
 load: install

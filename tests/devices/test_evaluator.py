@@ -241,19 +241,20 @@ def three_times(source: str) -> str:
 
 def test_a_stored_baseline_is_timed_beside_the_candidate_in_its_process(db: None) -> None:
     """The loop sends the parent as the baseline: timed in turn with the candidate, a parent
-    doing three times the work is seen about three times slower."""
+    doing three times the work is seen about three times slower (a busy machine stretches the
+    ratio a little: cache and memory bandwidth are shared with whatever else runs)."""
     version = stored_builtin("gemm")
     naive = next(f for f in read_builtin_suite() if f.spec.slug == "gemm").naive_source
     slow = kernel_source_store(three_times(naive))
-    options = EvalSettings(seeds=1, warmup=1, repeats=6, baseline_sha256=slow.sha256)
+    options = EvalSettings(seeds=1, warmup=1, repeats=9, baseline_sha256=slow.sha256)
     evaluation, _ = evaluation_request(version=version, source_text=naive, options=options)
 
     verdict = evaluation_execute(evaluation.pk, max_attempts=1).verdict
 
     timed = verdict["timed"]
     assert verdict["status"] == "correct" and timed["ok"], verdict
-    assert timed["baseline"]["samples"] == timed["candidate"]["samples"] == 6
-    assert 2.0 < timed["vs_baseline"] < 4.5, timed
+    assert timed["baseline"]["samples"] == timed["candidate"]["samples"] == 9
+    assert 2.0 < timed["vs_baseline"] < 5.0, timed
     assert timed["vs_baseline"] == pytest.approx(
         timed["baseline"]["median_ms"] / timed["candidate"]["median_ms"]
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -23,7 +24,20 @@ from apps.accounts.services import api_token_create
 from tests.factories import MembershipFactory, TeamFactory
 from tests.processes import celery_worker, daphne
 
-REDIS_URL = os.environ.get("REDIS_URL_FOR_TESTS", "redis://127.0.0.1:6379/15")
+
+def redis_url_for_this_process() -> str:
+    """The database REDIS_URL_FOR_TESTS names for the first pytest-xdist process, one lower
+    for each next one (15, 14, ...): a test flushes its database."""
+    url = urlsplit(os.environ.get("REDIS_URL_FOR_TESTS", "redis://127.0.0.1:6379/15"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = int(url.path.strip("/") or 0)
+    if first < index:
+        raise ValueError(f"REDIS_URL_FOR_TESTS names database {first}, too low for test "
+                         f"process {index}: name a higher one or run fewer processes")  # fmt: skip
+    return urlunsplit(url._replace(path=f"/{first - index}"))
+
+
+REDIS_URL = redis_url_for_this_process()
 ANSWER = re.compile(r'data-check="(\w+)" data-queue="([\w.]+)" data-hostname="([^"]+)"')
 
 
