@@ -45,15 +45,18 @@ from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
 
-# What tends to pay first on a CPU, best first: a matrix product handed to a packed GEMM, or a
-# convolution lowered to one (each only applies to such nests, and nothing else comes near it
-# there), loop order and accumulation (they unlock vectorization), flags that let gcc vectorize
-# math, then threads (a loop that uses scratch buffers gets a copy per thread: made parallel
-# as it is, it races on them), then the finer tools: a float accumulator (one per loop, each a
-# round; attention has three, and spent its rounds on them before its threads), restrict,
-# simd, hoisting, unrolling. Only a tie-breaker once memory speaks.
+# A matrix product handed to the packed GEMM, or a convolution lowered to one: each applies
+# only to such nests, nothing else comes near it there, and a replayed path that did not make
+# the lowering does not stand in for it.
+LOWERINGS = ("packed_gemm", "im2col_gemm")
+# What tends to pay first on a CPU, best first: the lowerings, loop order and accumulation
+# (they unlock vectorization), flags that let gcc vectorize math, then threads (a loop that
+# uses scratch buffers gets a copy per thread: made parallel as it is, it races on them), then
+# the finer tools: a float accumulator (one per loop, each a round; attention has three, and
+# spent its rounds on them before its threads), restrict, simd, hoisting, unrolling. Only a
+# tie-breaker once memory speaks.
 PRIOR_ORDER = (
-    "packed_gemm", "im2col_gemm", "accumulate_in_output", "interchange", "tile",
+    *LOWERINGS, "accumulate_in_output", "interchange", "tile",
     "flags(set=fast_math)", "flags(set=fp_contract)", "omp_parallel_private",
     "omp_parallel_for", "float_accumulator", "restrict_pointers", "omp_simd",
     "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
@@ -210,9 +213,6 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
 # --- a path memory brought back ------------------------------------------------------------
 
 MIN_REPLAY_STEPS = 2  # one step is an ordinary move, offered (and scored) as such
-# Where a matrix product or a convolution can be lowered to the packed GEMM, nothing else comes
-# near it (see PRIOR_ORDER): a path that did not make that lowering does not stand in for it.
-LOWERINGS = ("packed_gemm", "im2col_gemm")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from apps.agents.policy import MAX_STRATEGY_CHARS
 from apps.memory.keys import id_in_key
 from apps.memory.models import Case
@@ -99,7 +101,7 @@ def best_path(case: Case, hit: Hit) -> Path | None:
                        parent__isnull=False).order_by("-iteration").first()  # fmt: skip
     if best is None or best.latency_ms is None:
         return None
-    lineage = lineage_of(best)
+    lineage = lineage_of(best, tree)
     start = lineage[0]
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
@@ -113,11 +115,11 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     )  # fmt: skip
 
 
-def lineage_of(case: Case) -> list[Case]:
-    """`case` and its ancestors, the starting kernel first."""
+def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
+    """`case` and its ancestors in its tree, read in one query, the starting kernel first."""
+    by_id = {c.pk: c for c in tree.select_related("source")}
     chain = [case]
-    while chain[-1].parent_id is not None:
-        parent = Case.objects.select_related("source").get(pk=chain[-1].parent_id)
+    while (parent := by_id.get(chain[-1].parent_id or 0)) is not None and parent not in chain:
         chain.append(parent)
     return chain[::-1]
 
