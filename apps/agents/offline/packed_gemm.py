@@ -45,11 +45,11 @@ HELPER_SOURCE = r"""#include <stdlib.h>
  * KOPE_NR tile of C held in vector registers; the plain loops when there is no memory to
  * pack into. */
 #ifdef __AVX512F__ /* 32 vector registers of 16 floats: a 12 x 32 tile, 24 accumulators */
-typedef float kope_f8 __attribute__((vector_size(64)));
+typedef float kope_vf __attribute__((vector_size(64)));
 #define KOPE_VL 16
 #define KOPE_MR 12
 #else /* AVX2's 16 registers of 8 floats: a 6 x 16 tile, 12 accumulators */
-typedef float kope_f8 __attribute__((vector_size(32)));
+typedef float kope_vf __attribute__((vector_size(32)));
 #define KOPE_VL 8
 #define KOPE_MR 6
 #endif
@@ -61,16 +61,16 @@ __attribute__((optimize("fp-contract=fast")))
 static void kope_micro_tile(const float *a, int64_t a_row, const float *bp, int64_t kc,
                             float *c, int64_t ldc, int64_t mr, int64_t nr, int accumulate) {
     const float *rows[KOPE_MR];
-    kope_f8 lo[KOPE_MR], hi[KOPE_MR];
+    kope_vf lo[KOPE_MR], hi[KOPE_MR];
 #pragma GCC unroll 16
     for (int r = 0; r < KOPE_MR; ++r) {
         rows[r] = a + (r < mr ? r : 0) * a_row; /* rows past the edge: computed, not stored */
-        lo[r] = (kope_f8){0};
-        hi[r] = (kope_f8){0};
+        lo[r] = (kope_vf){0};
+        hi[r] = (kope_vf){0};
     }
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; ++p) {
-        kope_f8 b0, b1;
+        kope_vf b0, b1;
         memcpy(&b0, bp + p * KOPE_NR, sizeof b0);
         memcpy(&b1, bp + p * KOPE_NR + KOPE_VL, sizeof b1);
 #pragma GCC unroll 16
