@@ -16,15 +16,11 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.accounts.models import Team
-from apps.memory.keys import rule_key
+from apps.memory.keys import rule_id_of, rule_key
 from apps.memory.learning import Resident, choose_hot_memory, residence_priority
 from apps.memory.models import HotMemoryChange, MemoryVector, Rule, RuleTransition, RuleVersion
 
 CHANGE = HotMemoryChange.Change
-
-
-def rule_id_of(key: str) -> int:
-    return int(key.partition(":")[2])
 
 
 # --- the arithmetic of a rebuild, without the database -------------------------------------

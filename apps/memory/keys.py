@@ -12,6 +12,14 @@ def rule_key(rule_id: int) -> str:
     return f"rule:{rule_id}"
 
 
+def rule_id_of(key: str) -> int:
+    """The rule a key of hot memory names; every key there is a rule's."""
+    rule_id = id_in_key(key, "rule")
+    if rule_id is None:
+        raise ValueError(f"{key!r} is not a rule's key (rule:N)")
+    return rule_id
+
+
 def id_in_key(key: str, kind: str) -> int | None:
     """The primary key a "kind:N" key names; None for a key of another kind or no number."""
     prefix, _, number = key.partition(":")

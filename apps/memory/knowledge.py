@@ -21,7 +21,7 @@ from pgvector.django import CosineDistance
 
 from apps.accounts.models import Team
 from apps.memory.embeddings import MODEL_NAME, embed, embed_one, model_version
-from apps.memory.keys import id_in_key
+from apps.memory.keys import id_in_key, rule_key
 from apps.memory.models import Case, MemoryVector, Rule, RuleTransition, RuleVersion
 
 KIND = MemoryVector.Kind
@@ -55,7 +55,7 @@ def rule_vector_store(rule_id: int) -> MemoryVector | None:
     source = MemoryVector.objects.filter(key=rule.source_key).first()
     inherited = ("target", "family", "dtype", "shape_class", "operator_slug")
     fields = {name: getattr(source, name) if source else "" for name in inherited}
-    return vector_store(key=f"rule:{rule.pk}", kind=KIND.RULE, text=rule_text(version),
+    return vector_store(key=rule_key(rule.pk), kind=KIND.RULE, text=rule_text(version),
                         team=rule.team, fields=fields)  # fmt: skip
 
 

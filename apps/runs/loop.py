@@ -48,7 +48,7 @@ from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
 from apps.devices.verdicts import describe_verdict
 from apps.memory.journal import journal_append, journal_record, step_done
-from apps.memory.keys import id_in_key
+from apps.memory.keys import id_in_key, rule_key
 from apps.memory.learning import correctness_stage_score, optimization_stage_score
 from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import Hit, Query, retrieve
@@ -389,7 +389,7 @@ class Iteration:
         if self.mode == MemoryMode.OFF:
             return [], []
         rules = [
-            {"key": f"rule:{v.rule_id}", "statement": v.statement, "applies_when": v.applies_when,
+            {"key": rule_key(v.rule_id), "statement": v.statement, "applies_when": v.applies_when,
              "not_when": v.not_when, "text": f"{v.statement}\nApplies when: {v.applies_when}"}
             for v in hot_memory(self.session.team)
         ]  # fmt: skip
