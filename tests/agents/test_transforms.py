@@ -275,10 +275,10 @@ def test_im2col_gemm_lowers_the_convolution_to_one_gemm() -> None:
     assert "kope_patches[(i * ow + j) * kope_depth + (ch * r + p) * s + q] = x[" in result
     assert "kope_weights[o * kope_depth + (ch * r + p) * s + q] = weight[" in result
     assert (
-        "kope_packed_gemm(k, kope_cols, kope_depth, kope_weights, kope_depth, 1, kope_patches, "
-        "1, kope_depth, kope_sums, kope_cols, 256);"
+        "kope_packed_gemm(kope_cols, k, kope_depth, kope_patches, kope_depth, 1, kope_weights, "
+        "1, kope_depth, kope_sums, k, 256);"
     ) in result
-    assert "acc += kope_sums[o * kope_cols + i * ow + j];" in result
+    assert "acc += kope_sums[(i * ow + j) * k + o];" in result
     assert result.count("if (row < 0 || row >= h) continue;") == 2  # the fill, the fallback
     assert result.count("static void kope_packed_gemm(") == 1
     assert "return" not in result.split("kope_sums =")[1].split("return 0;")[0]  # no early exit

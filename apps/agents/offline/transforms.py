@@ -1640,8 +1640,12 @@ def _not_a_fallback(strategy: Strategy, loop: _Loop) -> None:
 def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> str:
     """The patches (per output column, the window's values in a row; zero where a guard
     skips), the weights packed one row per output row, one GEMM of the two, then the nest's
-    epilogue over the sums. The three buffers are scratch, kept from one call to the next;
-    without memory for them it runs the nest as it was."""
+    epilogue over the sums. The patches are the GEMM's left operand, read in place (each row
+    runs along the window, as the GEMM reads it), and the sums come out one row per column:
+    with the patches on the right, the GEMM gathered them column by column into its panels,
+    and conv2d's timing case took 1.29 ms a call instead of 1.08. The three buffers are
+    scratch, kept from one call to the next; without memory for them it runs the nest as it
+    was."""
     indent, unit = (
         indentation(kernel.source, nest.rows.node.start_byte),
         _indent_unit(kernel, nest.rows),
@@ -1652,7 +1656,7 @@ def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> 
     store = f"{patches}[({column}) * {depth} + {window}] = {text(nest.patch)};"
     fill = _rewritten(kernel, nest.window[0].node, [replacement(nest.step, store)])
     zero = f"memset({patches} + ({column}) * {depth}, 0, sizeof(float) * (size_t){depth});"
-    sums_in = f"{nest.accumulator} += {sums}[{row} * {cols} + {column}];"
+    sums_in = f"{nest.accumulator} += {sums}[({column}) * {rows} + {row}];"
     epilogue = [text(nest.declaration), sums_in, *(text(s) for s in nest.epilogue)]
 
     def scratch(offset: int, first: str, second: str) -> str:
@@ -1678,8 +1682,8 @@ def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> 
                  unit, inner),
         *_nested(kernel, (nest.rows, *nest.window),
                  [f"{weights}[{row} * {depth} + {window}] = {text(nest.weight)};"], unit, inner),
-        f"{inner}{HELPER_NAME}({rows}, {cols}, {depth}, {weights}, {depth}, 1, {patches}, 1, "
-        f"{depth}, {sums}, {cols}, {kc});",
+        f"{inner}{HELPER_NAME}({cols}, {rows}, {depth}, {patches}, {depth}, 1, {weights}, 1, "
+        f"{depth}, {sums}, {rows}, {kc});",
         *_nested(kernel, (nest.rows, *nest.columns),
                  [line for s in epilogue for line in s.split("\n")], unit, inner),
         f"{unit}}} else {{",
