@@ -25,6 +25,7 @@ class OperatorRow:
     speedup_vs_reference: float | None
     beats_reference: bool
     rounds_used: int
+    rounds_to_best: int | None  # the iteration that made the best kernel
     best_case_id: int | None
     best_strategy_chain: str
     stop_reason: str
@@ -36,7 +37,8 @@ class OperatorRow:
             best_ms=self.best_ms, speedup_vs_naive=self.speedup_vs_naive,
             speedup_vs_reference=self.speedup_vs_reference,
             beats_reference=self.beats_reference, rounds_used=self.rounds_used,
-            best_strategy_chain=self.best_strategy_chain, stop_reason=self.stop_reason,
+            rounds_to_best=self.rounds_to_best, best_strategy_chain=self.best_strategy_chain,
+            stop_reason=self.stop_reason,
         )  # fmt: skip
 
 
@@ -68,7 +70,8 @@ def operator_rows(
             rows.append(OperatorRow(
                 operator=slug, finished=False, correct=False, start_ms=None, best_ms=None,
                 speedup_vs_naive=None, speedup_vs_reference=None, beats_reference=False,
-                rounds_used=rounds, best_case_id=None, best_strategy_chain="",
+                rounds_used=rounds, rounds_to_best=None, best_case_id=None,
+                best_strategy_chain="",
                 stop_reason="did not finish", tokens=tokens.get(slug, 0),
             ))  # fmt: skip
             continue
@@ -78,7 +81,9 @@ def operator_rows(
             start_ms=p.get("start_latency_ms"), best_ms=p.get("best_latency_ms"),
             speedup_vs_naive=p.get("speedup_vs_start"), speedup_vs_reference=best_ref,
             beats_reference=bool(best_ref and best_ref > 1.0),
-            rounds_used=p.get("rounds_used", rounds), best_case_id=p.get("best_case_id"),
+            rounds_used=p.get("rounds_used", rounds),
+            rounds_to_best=by_id.get(p.get("best_case_id"), {}).get("iteration"),
+            best_case_id=p.get("best_case_id"),
             best_strategy_chain=strategy_chain(by_id, p.get("best_case_id")),
             stop_reason=str(p.get("reason", "")), tokens=tokens.get(slug, 0),
         ))  # fmt: skip
@@ -93,7 +98,8 @@ def suite_figures(rows: list[OperatorRow], *, mode: str, tokens_used: int) -> di
         return figures | {"pass_rate": None, "geomean_operators": 0,
                           "geomean_speedup_vs_naive": None, "geomean_speedup_vs_reference": None,
                           "fraction_faster_than_reference": None,
-                          "median_self_acceleration": None, "rounds_used": 0}  # fmt: skip
+                          "median_self_acceleration": None, "rounds_used": 0,
+                          "mean_rounds_to_best": None}  # fmt: skip
     return figures | mode_summary([r.as_result(mode) for r in rows])
 
 

@@ -46,6 +46,7 @@ FIGURES = (
     ("fraction faster than the reference", "fraction_faster_than_reference", percent),
     ("median self-acceleration", "median_self_acceleration", times),
     ("rounds used", "rounds_used", str),
+    ("mean round of the best kernel", "mean_rounds_to_best", lambda value: f"{value:.1f}"),
     ("cases (attempts)", "cases", str),
     ("tokens used", "tokens_used", str),
 )

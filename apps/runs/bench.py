@@ -5,8 +5,9 @@ same sandboxed pipeline as the device workers; only the queue is skipped): first
 read-write, then with memory off. Per operator it reports the naive starting kernel's latency,
 the best kernel's latency, the speedup over the naive start (SAGE's self-acceleration), the
 speedup over PyTorch eager (the evaluator times both alternately on the same inputs), whether
-it beats PyTorch, and the rounds used. The memory effect is the geometric mean over operators
-of best latency with memory off / with memory on (> 1: memory helped).
+it beats PyTorch, the rounds used, and the round that made the best kernel (where both modes
+end on the same kernel, what memory saved is rounds). The memory effect is the geometric mean
+over operators of best latency with memory off / with memory on (> 1: memory helped).
 
 Those figures divide latencies from different evaluations; `paired` has them again with each
 pair of kernels timed side by side in one process at the end (see paired_summary).
@@ -72,6 +73,7 @@ class OperatorResult:
     speedup_vs_reference: float | None
     beats_reference: bool
     rounds_used: int
+    rounds_to_best: int | None  # the iteration that made the best kernel; 0: the start itself
     best_strategy_chain: str
     stop_reason: str
 
@@ -171,15 +173,20 @@ def operator_results(session: OptimizationSession, slugs: list[str],
             start_ms=p["start_latency_ms"], best_ms=p["best_latency_ms"],
             speedup_vs_naive=p["speedup_vs_start"], speedup_vs_reference=best_ref,
             beats_reference=bool(best_ref and best_ref > 1.0), rounds_used=p["rounds_used"],
+            rounds_to_best=iteration_of(p["best_case_id"]),
             best_strategy_chain=strategy_chain(session, p["best_case_id"]),
             stop_reason=p["reason"],
         ))  # fmt: skip
     return results
 
 
-def strategy_chain(session: OptimizationSession, case_id: int | None) -> str:
-    from apps.memory.models import Case
+def iteration_of(case_id: int | None) -> int | None:
+    if case_id is None:
+        return None
+    return Case.objects.filter(pk=case_id).values_list("iteration", flat=True).first()
 
+
+def strategy_chain(session: OptimizationSession, case_id: int | None) -> str:
     chain = []
     case = Case.objects.filter(pk=case_id).first() if case_id else None
     while case is not None and case.parent_id is not None:
@@ -204,6 +211,7 @@ def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
         "fraction_faster_than_reference": sum(r.beats_reference for r in results) / n,
         "median_self_acceleration": statistics.median(r.speedup_vs_naive or 0 for r in results),
         "rounds_used": sum(r.rounds_used for r in results),
+        "mean_rounds_to_best": mean_of(r.rounds_to_best for r in results),
     }
 
 
@@ -300,6 +308,11 @@ def side_by_side(evaluate: Evaluate, session: OptimizationSession, kernels: Kern
     return (verdict.get("timed") or {}).get("vs_baseline")
 
 
+def mean_of(values: Iterable[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.fmean(known) if known else None
+
+
 def median_of(values: Iterable[float | None]) -> float | None:
     known = [value for value in values if value is not None]
     return statistics.median(known) if known else None
@@ -308,7 +321,7 @@ def median_of(values: Iterable[float | None]) -> float | None:
 # --- tables ------------------------------------------------------------------------------------
 
 COLUMNS = ("operator", "correct", "start_ms", "best_ms", "speedup_vs_naive",
-           "speedup_vs_reference", "beats_reference", "rounds_used")  # fmt: skip
+           "speedup_vs_reference", "beats_reference", "rounds_used", "rounds_to_best")  # fmt: skip
 
 
 def csv_text(report: dict[str, Any]) -> str:
@@ -336,16 +349,18 @@ def fmt(value: Any, digits: int = 2) -> str:
 def markdown_table(report: dict[str, Any]) -> str:
     lines = [
         "| operator | naive ms | best ms (on) | x naive (on) | x PyTorch (on) | beats PyTorch "
-        "| rounds | best ms (off) | x naive (off) | off/on |",
-        "|---|---:|---:|---:|---:|:-:|---:|---:|---:|---:|",
+        "| rounds | best at (on) | best ms (off) | x naive (off) | best at (off) | off/on |",
+        "|---|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["operators"]:
         off = row["memory_off"]
         lines.append(
             f"| {row['operator']} | {fmt(row['start_ms'], 3)} | {fmt(row['best_ms'], 3)} "
             f"| {fmt(row['speedup_vs_naive'])} | {fmt(row['speedup_vs_reference'])} "
-            f"| {fmt(row['beats_reference'])} | {row['rounds_used']} | {fmt(off['best_ms'], 3)} "
-            f"| {fmt(off['speedup_vs_naive'])} | {fmt(row['memory_ratio'])} |"
+            f"| {fmt(row['beats_reference'])} | {row['rounds_used']} "
+            f"| {fmt(row['rounds_to_best'])} | {fmt(off['best_ms'], 3)} "
+            f"| {fmt(off['speedup_vs_naive'])} | {fmt(off['rounds_to_best'])} "
+            f"| {fmt(row['memory_ratio'])} |"
         )
     lines += ["", "| | memory on | memory off |", "|---|---:|---:|"]
     for key in (
@@ -355,6 +370,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         "fraction_faster_than_reference",
         "median_self_acceleration",
         "rounds_used",
+        "mean_rounds_to_best",
     ):
         lines.append(f"| {key} | {fmt(report['memory_on'][key])} "
                      f"| {fmt(report['memory_off'][key])} |")  # fmt: skip

@@ -25,12 +25,13 @@ def finished(slug: str, start: float, best: float, vs_reference: float, case_id:
 
 
 CASES = [
-    {"id": 1, "operator": "gemm", "parent_id": None, "strategy": "starting kernel"},
-    {"id": 2, "operator": "gemm", "parent_id": 1, "strategy": "interchange"},
-    {"id": 3, "operator": "gemm", "parent_id": 2, "strategy": "tile 32"},
-    {"id": 4, "operator": "relu", "parent_id": None, "strategy": "starting kernel"},
-    {"id": 5, "operator": "cumsum", "parent_id": None, "strategy": "starting kernel"},
-]
+    {"id": 1, "operator": "gemm", "iteration": 0, "parent_id": None, "strategy": "starting kernel"},
+    {"id": 2, "operator": "gemm", "iteration": 1, "parent_id": 1, "strategy": "interchange"},
+    {"id": 3, "operator": "gemm", "iteration": 2, "parent_id": 2, "strategy": "tile 32"},
+    {"id": 4, "operator": "relu", "iteration": 0, "parent_id": None, "strategy": "starting kernel"},
+    {"id": 5, "operator": "cumsum", "iteration": 0, "parent_id": None,
+     "strategy": "starting kernel"},
+]  # fmt: skip
 
 
 def test_an_operator_that_did_not_finish_counts_as_a_failure_in_the_suite_figures() -> None:
@@ -47,6 +48,9 @@ def test_an_operator_that_did_not_finish_counts_as_a_failure_in_the_suite_figure
     assert figures["fraction_faster_than_reference"] == pytest.approx(1 / 3)
     assert figures["median_self_acceleration"] == pytest.approx(0.5)  # of 4, 0.5 and 0
     assert figures["tokens_used"] == 120 and figures["operators"] == 3
+    # the round that made each best kernel: gemm's third case, relu's start; cumsum has none
+    assert [r.rounds_to_best for r in rows] == [2, 0, None]
+    assert figures["mean_rounds_to_best"] == pytest.approx(1.0)
 
 
 def test_a_session_with_no_operators_has_no_figures_instead_of_dividing_by_zero() -> None:

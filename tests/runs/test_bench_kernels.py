@@ -48,8 +48,10 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert row["speedup_vs_reference"] == best.speedup_vs_reference
     assert row["speedup_vs_naive"] == finished["speedup_vs_start"]
     assert report["memory_on"]["rounds_used"] == 2 and report["memory_on"]["pass_rate"] == 1.0
+    assert row["rounds_to_best"] == best.iteration == report["memory_on"]["mean_rounds_to_best"]
     rows = list(csv.DictReader(StringIO(Path(report["files"]["csv"]).read_text())))
     assert [r["mode"] for r in rows] == ["memory_on", "memory_off"]
+    assert rows[0]["rounds_to_best"] == str(best.iteration)
     assert f"| {OPERATOR} |" in Path(report["files"]["markdown"]).read_text()
     assert "memory off: iteration" in progress.getvalue()
     # gelu's first move, -ffast-math, wins by far; the ratio of the best kernel over the start
