@@ -8,11 +8,14 @@ It is the BLIS scheme in plain C with GCC vector extensions:
   KOPE_NR columns (zero-padded at the right edge), so the micro-kernel streams it linearly.
 * A is read in place when its rows are contiguous along k; otherwise (a transposed operand)
   the slab's rows are copied so that they are.
-* The micro-kernel holds a KOPE_MR x KOPE_NR tile of C in vector registers, two vectors per
-  row: with AVX-512, 12 x 32 in twenty-four 16-float vectors (two B vectors and a broadcast
-  make 27 of its 32 registers); otherwise AVX2's 6 x 16 in twelve 8-float vectors (15 of 16).
-  Every loaded value feeds several fused multiply-adds and C is touched once per slab. The
-  wider tile made a 512² GEMM 1.4x faster on an AVX-512 Xeon (2.43 -> 1.72 ms, 2 threads).
+* The micro-kernel holds a KOPE_MR x KOPE_NR tile of C in vector registers, KOPE_NV vectors
+  per row: with AVX-512, 6 x 64 in twenty-four 16-float vectors (four B vectors and a
+  broadcast make 29 of its 32 registers); otherwise AVX2's 6 x 16 in twelve 8-float vectors
+  (15 of 16). Every loaded value feeds several fused multiply-adds and C is touched once per
+  slab. A wider tile than AVX2's made a 512² GEMM 1.4x faster on an AVX-512 Xeon (2.43 ->
+  1.72 ms, 2 threads, with 12 x 32). On an AVX-512 EPYC, 6 x 64 needs ten loads per 24
+  multiply-adds where 12 x 32 needs fourteen: a 384² GEMM on one thread took 1.01 ms instead
+  of 1.065 (on two, 0.54 ms instead of 0.58; PyTorch's mm, 0.57).
 * The micro-kernel is contracted to fused multiply-adds (`fp-contract=fast` on it alone): under
   -std=c11 gcc otherwise keeps each multiply and add apart unless the kernel's flags say
   -ffast-math. On the same Xeon: 1.71 -> 0.96 ms (PyTorch's mm: 0.83 ms).
@@ -44,16 +47,17 @@ HELPER_SOURCE = r"""#include <stdlib.h>
  * i < m, j < n: k in slabs of kc_block, B packed into KOPE_NR-column panels, a KOPE_MR x
  * KOPE_NR tile of C held in vector registers; the plain loops when there is no memory to
  * pack into. */
-#ifdef __AVX512F__ /* 32 vector registers of 16 floats: a 12 x 32 tile, 24 accumulators */
+#ifdef __AVX512F__ /* 32 vector registers of 16 floats: a 6 x 64 tile, 24 accumulators */
 typedef float kope_vf __attribute__((vector_size(64)));
 #define KOPE_VL 16
-#define KOPE_MR 12
+#define KOPE_NV 4
 #else /* AVX2's 16 registers of 8 floats: a 6 x 16 tile, 12 accumulators */
 typedef float kope_vf __attribute__((vector_size(32)));
 #define KOPE_VL 8
-#define KOPE_MR 6
+#define KOPE_NV 2
 #endif
-#define KOPE_NR (2 * KOPE_VL)
+#define KOPE_MR 6
+#define KOPE_NR (KOPE_NV * KOPE_VL)
 
 /* Contracted to fused multiply-adds whatever the kernel's flags: ISO C (-std=c11) compiles
  * x * b + acc as a multiply and an add, half the arithmetic the FMA units could do. */
@@ -61,29 +65,30 @@ __attribute__((optimize("fp-contract=fast")))
 static void kope_micro_tile(const float *a, int64_t a_row, const float *bp, int64_t kc,
                             float *c, int64_t ldc, int64_t mr, int64_t nr, int accumulate) {
     const float *rows[KOPE_MR];
-    kope_vf lo[KOPE_MR], hi[KOPE_MR];
+    kope_vf acc[KOPE_MR][KOPE_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < KOPE_MR; ++r) {
         rows[r] = a + (r < mr ? r : 0) * a_row; /* rows past the edge: computed, not stored */
-        lo[r] = (kope_vf){0};
-        hi[r] = (kope_vf){0};
+#pragma GCC unroll 8
+        for (int v = 0; v < KOPE_NV; ++v) acc[r][v] = (kope_vf){0};
     }
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; ++p) {
-        kope_vf b0, b1;
-        memcpy(&b0, bp + p * KOPE_NR, sizeof b0);
-        memcpy(&b1, bp + p * KOPE_NR + KOPE_VL, sizeof b1);
+        kope_vf b[KOPE_NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < KOPE_NV; ++v) {
+            memcpy(&b[v], bp + p * KOPE_NR + v * KOPE_VL, sizeof b[v]);
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < KOPE_MR; ++r) {
             float x = rows[r][p];
-            lo[r] += x * b0;
-            hi[r] += x * b1;
+#pragma GCC unroll 8
+            for (int v = 0; v < KOPE_NV; ++v) acc[r][v] += x * b[v];
         }
     }
     for (int64_t r = 0; r < mr; ++r) {
         float tile[KOPE_NR];
-        memcpy(tile, &lo[r], sizeof lo[r]);
-        memcpy(tile + KOPE_VL, &hi[r], sizeof hi[r]);
+        memcpy(tile, acc[r], sizeof acc[r]);
         float *row = c + r * ldc;
         if (accumulate) {
             for (int64_t j = 0; j < nr; ++j) row[j] += tile[j];
