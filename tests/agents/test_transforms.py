@@ -607,6 +607,69 @@ def test_packed_gemm_of_transposed_operands_computes_the_same_numbers(tmp_path: 
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
 
 
+TILES_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+%s
+/* Small integers: every sum is exact in float, so the product must match exactly. */
+static int check(int m, int n, int k, int transposed, int kc) {
+    float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
+    float *c = malloc(sizeof(float) * m * n);
+    for (int i = 0; i < m * k; ++i) a[i] = (float)(i * 7 %% 11) - 5.0f;
+    for (int i = 0; i < k * n; ++i) b[i] = (float)(i * 3 %% 13) - 6.0f;
+    /* B is (k, n) row-major, or its transpose (n, k) */
+    int64_t b_row = transposed ? 1 : n, b_col = transposed ? k : 1;
+    kope_packed_gemm(m, n, k, a, k, 1, b, b_row, b_col, c, n, kc);
+    int wrong = 0;
+    for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+            double want = 0.0;
+            for (int p = 0; p < k; ++p) want += (double)a[i * k + p] * b[p * b_row + j * b_col];
+            wrong += c[i * n + j] != (float)want;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return wrong;
+}
+int main(void) {
+    /* partial tiles of every size the tiles have (6 rows; 16 to 64 columns), several slabs */
+    static const int shapes[][3] = {{1, 1, 1}, {5, 15, 7}, {7, 17, 129}, {13, 65, 300},
+                                    {6, 64, 128}, {12, 130, 257}};
+    int wrong = 0;
+    for (int s = 0; s < 6; ++s) {
+        for (int transposed = 0; transposed < 2; ++transposed) {
+            wrong += check(shapes[s][0], shapes[s][1], shapes[s][2], transposed, 128);
+        }
+    }
+    printf("%%d wrong\n", wrong);
+    return wrong != 0;
+}
+"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("arch", ["native", "x86-64-v3", "x86-64-v2"])
+def test_packed_gemm_tiles_compute_exact_products_on_every_vector_width(
+    arch: str, tmp_path: Path
+) -> None:
+    """The AVX-512 tile (native here), AVX2's (the profiling builds' x86-64-v3) and the
+    generic vectors' compute the same exact sums, across partial tiles and slabs."""
+    from apps.agents.offline.packed_gemm import HELPER_SOURCE
+
+    (tmp_path / "driver.c").write_text(TILES_DRIVER % HELPER_SOURCE)
+    flags = [f if not f.startswith("-march=") else f"-march={arch}" for f in FLAGS[:-1]]
+    build = subprocess.run(
+        ["gcc", *flags, *STRICT, "driver.c", "-o", "driver"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.stdout == "0 wrong\n" and run.returncode == 0, run.stdout
+
+
 NO_MEMORY_DRIVER = r"""
 #include <stdint.h>
 #include <stdio.h>
