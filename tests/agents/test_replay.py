@@ -193,3 +193,23 @@ def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_
                                             "omp_parallel_private(loop=L0)"]  # fmt: skip
     assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
                                      naive("attention"))  # fmt: skip
+
+
+def test_a_reordering_flag_is_left_out_where_there_is_no_float_math_to_vectorize(
+    team: Team,
+) -> None:
+    """row_sum's -ffast-math paid on its float sum; argmax_rows only compares, and the flag
+    cost it 21% in a suite run, so its replay keeps the other steps without it."""
+    tree = Tree(team, "row_sum")
+    tree.grow("flags(set=fast_math)", 2.0)
+    tree.grow("omp_parallel_for(loop=L0, schedule=static)", 1.9)
+    best = tree.grow("restrict_pointers()", 1.1)
+
+    candidate = propose(at_start_of(team, "argmax_rows", [hit(best)])).candidate
+
+    assert candidate is not None
+    assert steps_of(candidate.strategy) == ["omp_parallel_for(loop=L0, schedule=static)",
+                                            "restrict_pointers()"]  # fmt: skip
+    assert candidate.flags == ()
+    on_a_sum = propose(at_start_of(team, "mse_loss", [hit(best)])).candidate
+    assert on_a_sum is not None and "flags(set=fast_math)" in steps_of(on_a_sum.strategy)
