@@ -89,19 +89,6 @@ def propose(situation: Situation) -> Proposal:
     return proposal
 
 
-def best_case_of(team: Team, slug: str, path: list[tuple[str, float]]) -> int:
-    """A tree of `slug` grown along `path` (strategy, speedup); its last case."""
-    tree = Tree(team, slug)
-    return [tree.grow(strategy, speedup) for strategy, speedup in path][-1]
-
-
-def first_candidate(team: Team, slug: str, retrieved_case: int) -> Candidate:
-    """What the policy proposes at `slug`'s start with one case retrieved."""
-    candidate = propose(at_start_of(team, slug, [hit(retrieved_case)])).candidate
-    assert candidate is not None
-    return candidate
-
-
 def test_a_similar_operator_s_path_is_replayed_on_the_start_as_one_candidate(team: Team) -> None:
     tree, retrieved = attention_tree(team)
 
@@ -195,33 +182,14 @@ def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_
 ) -> None:
     """layernorm's parallel row loop, replayed on attention, whose head loop shares a row of
     scores: made parallel as it is, it races (it was incorrect in a suite run)."""
-    best = best_case_of(
-        team,
-        "layernorm",
-        [("flags(set=fast_math)", 2.0), ("omp_parallel_for(loop=L0, schedule=static)", 1.8)],
-    )
+    tree = Tree(team, "layernorm")
+    tree.grow("flags(set=fast_math)", 2.0)
+    best = tree.grow("omp_parallel_for(loop=L0, schedule=static)", 1.8)
 
-    candidate = first_candidate(team, "attention", best)
+    candidate = propose(at_start_of(team, "attention", [hit(best)])).candidate
 
+    assert candidate is not None
     assert steps_of(candidate.strategy) == ["flags(set=fast_math)",
                                             "omp_parallel_private(loop=L0)"]  # fmt: skip
     assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
                                      naive("attention"))  # fmt: skip
-
-
-def test_a_reordering_flag_is_left_out_where_there_is_no_float_math_to_vectorize(
-    team: Team,
-) -> None:
-    """row_sum's -ffast-math paid on its float sum; argmax_rows only compares, and the flag
-    cost it 21% in a suite run, so its replay keeps the other steps without it."""
-    best = best_case_of(team, "row_sum", [("flags(set=fast_math)", 2.0),
-                                          ("omp_parallel_for(loop=L0, schedule=static)", 1.9),
-                                          ("restrict_pointers()", 1.1)])  # fmt: skip
-
-    candidate = first_candidate(team, "argmax_rows", best)
-
-    assert steps_of(candidate.strategy) == ["omp_parallel_for(loop=L0, schedule=static)",
-                                            "restrict_pointers()"]  # fmt: skip
-    assert candidate.flags == ()
-    on_a_sum = first_candidate(team, "mse_loss", best)
-    assert "flags(set=fast_math)" in steps_of(on_a_sum.strategy)

@@ -284,14 +284,9 @@ def at_start(case_id: int) -> bool:
 def replayed(path: Path, base: Candidate,
              situation: Situation) -> tuple[Candidate, list[Step]] | None:  # fmt: skip
     """`base` after every step of `path` that applies to it, in order, and those steps; None
-    when fewer than MIN_REPLAY_STEPS did. A flag that reorders float arithmetic is left out
-    on a kernel with no math for it to vectorize, as the prior ranks it: on argmax_rows,
-    row_sum's -ffast-math came along with its parallel loop and cost 21%."""
+    when fewer than MIN_REPLAY_STEPS did."""
     candidate, applied = base, list[Step]()
-    reordering_pays = bool(kernel_features(base.source) & REORDERING_PAYS_ON)
     for step in path.steps:
-        if move_of(step.label) in REORDERING_FLAGS and not reordering_pays:
-            continue
         after = step_applied(step.label, candidate, situation)
         if after is None:
             continue
