@@ -11,6 +11,10 @@ over operators of best latency with memory off / with memory on (> 1: memory hel
 
 Those figures divide latencies from different evaluations; `paired` has them again with each
 pair of kernels timed side by side in one process at the end (see paired_summary).
+
+`host_parallel_speedup` probes the host before, between and after the sessions (apps/devices/
+host.py): how much faster a matrix product ran on every core than on one. Well under the core
+count, another tenant held a core, and every parallel kernel's figures from then are low.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import csv
 import functools
 import io
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +39,7 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
+from apps.devices.host import parallel_speedup
 from apps.memory.models import Case, JournalEvent
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
@@ -90,12 +96,16 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     started, since = time.monotonic(), timezone.now()
     results: dict[str, list[OperatorResult]] = {}
     sessions = {}
+    host = {"before": parallel_speedup()}
     for mode in MODES:
         session = run_session(team, slugs, mode, kernels, options.progress, since)
         sessions[mode] = session.pk
         results[mode] = operator_results(session, slugs, mode)
+        host[f"after_memory_{mode}"] = parallel_speedup()
     report = summary(results, slugs)
     report.update(paired_summary(team, sessions, slugs, kernels, options.progress, since))
+    host["after_side_by_side"] = parallel_speedup()
+    report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1})
     report.update(team=team.slug, sessions=sessions, wall_s=time.monotonic() - started,
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
     report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
@@ -378,7 +388,19 @@ def markdown_table(report: dict[str, Any]) -> str:
                  f"{fmt(report['memory_effect'])}")  # fmt: skip
     if "paired" in report:
         lines += ["", *paired_table(report["paired"])]
+    if "host_parallel_speedup" in report:
+        lines += ["", host_line(report["host_parallel_speedup"])]
     return "\n".join(lines)
+
+
+def host_line(host: dict[str, Any]) -> str:
+    probes = ", ".join(f"{fmt(value)}x {when.replace('_', ' ')}" for when, value in host.items()
+                       if when != "cores")  # fmt: skip
+    return (
+        f"Host: a matrix product on {host['cores']} cores ran {probes} as fast as on one "
+        f"(a figure well under {host['cores']} means another tenant held a core then, and the "
+        "parallel kernels' figures from that time are low)."
+    )
 
 
 def paired_table(paired: dict[str, Any]) -> list[str]:

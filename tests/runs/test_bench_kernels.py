@@ -66,3 +66,8 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert paired["median_self_acceleration_on"] == ratio
     assert paired["memory_effect"] == paired["operators"][OPERATOR]["memory"] > 0
     assert "Side by side" in Path(report["files"]["markdown"]).read_text()
+    # the host was probed before, between and after the sessions
+    host = report["host_parallel_speedup"]
+    probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side"}
+    assert set(host) == probes | {"cores"} and all(host[p] > 0 for p in probes)
+    assert "Host: a matrix product on" in Path(report["files"]["markdown"]).read_text()
