@@ -178,27 +178,23 @@ def operator_results(session: OptimizationSession, slugs: list[str],
         if p is None:
             raise BenchmarkError(f"{slug} did not finish in session {session.pk}")
         best_ref = p["speedup_vs_reference"]
+        best = Case.objects.filter(pk=p["best_case_id"]).first() if p["best_case_id"] else None
         results.append(OperatorResult(
             operator=slug, mode=mode, correct=p["best_case_id"] is not None,
             start_ms=p["start_latency_ms"], best_ms=p["best_latency_ms"],
             speedup_vs_naive=p["speedup_vs_start"], speedup_vs_reference=best_ref,
             beats_reference=bool(best_ref and best_ref > 1.0), rounds_used=p["rounds_used"],
-            rounds_to_best=iteration_of(p["best_case_id"]),
-            best_strategy_chain=strategy_chain(session, p["best_case_id"]),
+            rounds_to_best=best.iteration if best else None,
+            best_strategy_chain=strategy_chain(best),
             stop_reason=p["reason"],
         ))  # fmt: skip
     return results
 
 
-def iteration_of(case_id: int | None) -> int | None:
-    if case_id is None:
-        return None
-    return Case.objects.filter(pk=case_id).values_list("iteration", flat=True).first()
-
-
-def strategy_chain(session: OptimizationSession, case_id: int | None) -> str:
+def strategy_chain(best: Case | None) -> str:
+    """The strategies from the best case back to the start ("a <- b")."""
     chain = []
-    case = Case.objects.filter(pk=case_id).first() if case_id else None
+    case = best
     while case is not None and case.parent_id is not None:
         chain.append(case.strategy)
         case = case.parent
