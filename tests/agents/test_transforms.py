@@ -657,17 +657,24 @@ def test_packed_gemm_tiles_compute_exact_products_on_every_vector_width(
 ) -> None:
     """The AVX-512 tile (native here), AVX2's (the profiling builds' x86-64-v3) and the
     generic vectors' compute the same exact sums, across partial tiles and slabs."""
+    run = gemm_driver_run(TILES_DRIVER, tmp_path, arch=arch)
+    assert run.stdout == "0 wrong\n" and run.returncode == 0, run.stdout
+
+
+def gemm_driver_run(
+    driver: str, tmp_path: Path, arch: str = "native"
+) -> subprocess.CompletedProcess[str]:
+    """`driver` with the packed GEMM's helper in place of its %s, built for `arch` and run."""
     from apps.agents.offline.packed_gemm import HELPER_SOURCE
 
-    (tmp_path / "driver.c").write_text(TILES_DRIVER % HELPER_SOURCE)
+    (tmp_path / "driver.c").write_text(driver % HELPER_SOURCE)
     flags = [f if not f.startswith("-march=") else f"-march={arch}" for f in FLAGS[:-1]]
     build = subprocess.run(
         ["gcc", *flags, *STRICT, "driver.c", "-o", "driver"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr
-    run = subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert run.stdout == "0 wrong\n" and run.returncode == 0, run.stdout
+    return subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
 
 NO_MEMORY_DRIVER = r"""
@@ -704,14 +711,6 @@ int main(void) {
 def test_packed_gemm_without_memory_to_pack_computes_the_plain_loops(tmp_path: Path) -> None:
     """malloc is made to fail: the helper falls back to the plain product, never a wrong one
     (small integers, so every sum is exact in float)."""
-    from apps.agents.offline.packed_gemm import HELPER_SOURCE
-
-    (tmp_path / "driver.c").write_text(NO_MEMORY_DRIVER % HELPER_SOURCE)
-    build = subprocess.run(
-        ["gcc", *FLAGS[:-1], *STRICT, "driver.c", "-o", "driver"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    run = gemm_driver_run(NO_MEMORY_DRIVER, tmp_path)
     assert run.returncode == 0, run.stdout
     assert run.stdout.startswith("ok ") and run.stdout != "ok 0\n"  # a sum that is not 0
