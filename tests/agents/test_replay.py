@@ -193,3 +193,67 @@ def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_
                                             "omp_parallel_private(loop=L0)"]  # fmt: skip
     assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
                                      naive("attention"))  # fmt: skip
+
+
+SOFTMAX_PATH = ["flags(set=fast_math)", "omp_parallel_for(loop=L0, schedule=static)",
+                "float_accumulator(loop=L2)"]  # fmt: skip
+
+
+def replayed_on_layernorm(team: Team, speedup: float) -> tuple[Tree, int, Situation]:
+    """scaled_softmax's path (10.6x there, its float accumulator the weakest step), replayed on
+    layernorm's start with `speedup` over it, the incumbent now."""
+    there = Tree(team, "scaled_softmax")
+    for step, gained in zip(SOFTMAX_PATH, (2.5, 4.0, 1.06), strict=True):
+        best = there.grow(step, gained)
+    here = Tree(team, "layernorm")
+    label = replay_label(best, SOFTMAX_PATH)
+    here.grow(label, speedup)
+    situation = at_start_of(team, "layernorm", [])
+    source = naive("layernorm")
+    for step in SOFTMAX_PATH[1:]:
+        source = apply(strategy_from_label(step), source)
+    incumbent = Attempt(here.incumbent, Candidate(source, label, ("-ffast-math",), 2),
+                        "improved", True, here.latency, "")  # fmt: skip
+    return here, best, replace(situation, incumbent=incumbent, iteration=2)
+
+
+def test_a_replay_that_fell_far_short_of_its_path_is_checked_without_its_weakest_step(
+    team: Team,
+) -> None:
+    _, best, situation = replayed_on_layernorm(team, speedup=1.22)
+
+    proposal = propose(situation)
+
+    candidate = proposal.candidate
+    assert candidate is not None
+    assert candidate.strategy == replay_label(best, SOFTMAX_PATH[:2])
+    assert candidate.source == apply(strategy_from_label(SOFTMAX_PATH[1]), naive("layernorm"))
+    assert candidate.flags == ("-ffast-math",)
+    assert candidate.threads == (os.cpu_count() or 1)
+    assert proposal.adopted == []  # a check of its own replay credits no memory item
+    assert "gained 1.22x here, its steps 10.60x where they were found" in proposal.rationale
+    assert "left out float_accumulator(loop=L2), which brought 1.06x there" in proposal.rationale
+
+
+def test_a_replay_is_checked_once_and_only_when_it_fell_far_short(team: Team) -> None:
+    _, best, short = replayed_on_layernorm(team, speedup=1.22)
+    _, _, close = replayed_on_layernorm(team, speedup=4.5)  # ln 4.5 > ln 10.6 / 3
+
+    checked = replace(short, tried=frozenset({replay_label(best, SOFTMAX_PATH[:2])}))
+
+    for situation in (close, checked):
+        candidate = propose(situation).candidate
+        assert candidate is not None and not candidate.strategy.startswith("replay(")
+
+
+def test_a_check_that_won_starts_the_path_over_from_its_own_steps(team: Team) -> None:
+    tree = Tree(team, "layernorm")
+    tree.grow(replay_label(1, SOFTMAX_PATH), 1.22)
+    tree.grow(replay_label(1, SOFTMAX_PATH[:2]), 4.0)
+    best = tree.grow("restrict_pointers()", 1.1)
+
+    [path] = paths([hit(best)], session_id=0, version_id=0)
+
+    assert [step.label for step in path.steps] == [*SOFTMAX_PATH[:2], "restrict_pointers()"]
+    # the check's gain is over the start it was made from: ln(1.22 * 4.0) / 2 a step
+    assert [round(step.gain, 3) for step in path.steps] == [0.793, 0.793, 0.095]
