@@ -31,17 +31,7 @@ import random
 from dataclasses import dataclass, replace
 
 from apps.agents.offline.features import kernel_features, overlap
-from apps.agents.offline.replay import (
-    Path,
-    Step,
-    fits,
-    head_of,
-    is_replay,
-    path_to,
-    paths,
-    replay_label,
-    steps_of,
-)
+from apps.agents.offline.replay import Path, Step, fits, head_of, paths, replay_label
 from apps.agents.offline.transforms import (
     Strategy,
     TransformError,
@@ -114,9 +104,6 @@ class OfflineSearchPolicy:
         if situation.incumbent is None:
             return Proposal(None, rationale=no_start_reason(situation))
         order = prior_order(kernel_features(situation.incumbent.candidate.source))
-        check = replay_check(situation, order)
-        if check is not None:
-            return Proposal(check.candidate, rationale=f"{check.candidate.strategy}: {check.why}")
         ordinary = moves(situation)
         replays = {r.candidate.strategy: r for r in replay_moves(situation, ordinary, order)}
         options = [c for c in [*ordinary, *(r.candidate for r in replays.values())]
@@ -342,95 +329,6 @@ def parallel_as_needed(strategy: Strategy, source: str) -> Strategy:
     except TransformError:
         return strategy
     return private
-
-
-# --- checking a replay ----------------------------------------------------------------------
-
-# A replay that gained here less than this share of what its steps gained where they were
-# found (in ln speedup) is checked once: the start with every step of it but the one that
-# brought least there (of equals, the one the prior ranks last). A replay is timed as one
-# candidate, so a step that hurts here is baked in and no later move takes it back out:
-# layernorm replayed scaled_softmax's three steps, worth 10.6x there, and gained 1.22x; one of
-# them alone made layernorm 4.5x slower. One round at most: where the path only had more
-# headroom there, the check is a round lost.
-REPLAY_SHORTFALL = 1 / 3
-
-
-@dataclass(frozen=True)
-class Check:
-    """The incumbent replay without one of its steps, applied to the start."""
-
-    candidate: Candidate
-    why: str
-
-
-def replay_check(situation: Situation, order: tuple[str, ...]) -> Check | None:
-    """While the incumbent is a replay on the start that fell far short of its path and has
-    not been checked, the replay without its weakest step."""
-    incumbent = situation.incumbent
-    if incumbent is None or not is_replay(incumbent.candidate.strategy):
-        return None
-    if any(is_replay(label) for label in situation.tried):
-        return None  # checked already
-    made = Case.objects.filter(pk=incumbent.case_id).select_related("parent__source").first()
-    start = made.parent if made is not None else None
-    if made is None or start is None or start.parent_id is not None or start.source is None:
-        return None  # a check that won moves on by ordinary moves
-    found = followed_path(incumbent.candidate.strategy)
-    if found is None or not made.latency_ms or not start.latency_ms:
-        return None
-    steps = steps_of(incumbent.candidate.strategy)
-    gains = {step: gain_where_found(step, found) for step in steps}
-    gained_here = math.log(start.latency_ms / made.latency_ms)
-    if gained_here >= REPLAY_SHORTFALL * sum(gains.values()):
-        return None
-    weakest = min(steps, key=lambda step: (gains[step], prior(move_of(step), order)))
-    made_without = without_step(steps, weakest, start.source.text, situation)
-    if made_without is None or same_kernel(made_without[0], incumbent.candidate):
-        return None
-    candidate, applied = made_without
-    label = replay_label(int(label_params(head_of(incumbent.candidate.strategy))["case"]),
-                         applied)  # fmt: skip
-    why = (f"checking the replay: it gained {math.exp(gained_here):.2f}x here, its steps "
-           f"{math.exp(sum(gains.values())):.2f}x where they were found; left out {weakest}, "
-           f"which brought {math.exp(gains[weakest]):.2f}x there")  # fmt: skip
-    return Check(replace(candidate, strategy=label), why)
-
-
-def followed_path(label: str) -> tuple[Step, ...] | None:
-    """The steps, with their gains, of the path a replay label followed."""
-    case_id = label_params(head_of(label)).get("case", "")
-    best = Case.objects.filter(pk=int(case_id)).first() if case_id.isdigit() else None
-    return path_to(best)[1] if best is not None else None
-
-
-PARALLEL_LOOPS = frozenset({"omp_parallel_for", "omp_parallel_private"})
-
-
-def gain_where_found(step: str, path: tuple[Step, ...]) -> float:
-    """What `step`, as it applied here, brought where the path was found: a parallel loop may
-    have become the private region here (see parallel_as_needed)."""
-    for there in path:
-        both_parallel = {strategy_name(there.label), strategy_name(step)} <= PARALLEL_LOOPS
-        same_loop = label_params(there.label).get("loop") == label_params(step).get("loop")
-        if there.label == step or (both_parallel and same_loop):
-            return there.gain
-    return 0.0
-
-
-def without_step(steps: list[str], left_out: str, start: str,
-                 situation: Situation) -> tuple[Candidate, list[str]] | None:  # fmt: skip
-    """The start after every step but `left_out`, and the labels of the steps that applied."""
-    candidate, applied = Candidate(start, "starting kernel"), list[str]()
-    for step in steps:
-        after = None if step == left_out else step_applied(step, candidate, situation)
-        if after is not None:
-            candidate, applied = after, [*applied, after.strategy]
-    return (candidate, applied) if applied else None
-
-
-def same_kernel(a: Candidate, b: Candidate) -> bool:
-    return (a.source, sorted(a.flags), a.threads) == (b.source, sorted(b.flags), b.threads)
 
 
 # --- what memory says ------------------------------------------------------------------------

@@ -101,31 +101,18 @@ def best_path(case: Case, hit: Hit) -> Path | None:
                        parent__isnull=False).order_by("-iteration").first()  # fmt: skip
     if best is None or best.latency_ms is None:
         return None
-    start, steps = path_to(best, tree)
+    lineage = lineage_of(best, tree)
+    start = lineage[0]
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
+    steps = tuple(step for parent, child in itertools.pairwise(lineage)
+                  for step in steps_with_gains(parent, child))  # fmt: skip
     operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
         operator=operator.slug, family=operator.family, best_case_id=best.pk,
         start_source=start.source.text, steps=steps, speedup=start.latency_ms / best.latency_ms,
     )  # fmt: skip
-
-
-def path_to(best: Case, tree: QuerySet[Case] | None = None) -> tuple[Case, tuple[Step, ...]]:
-    """The starting kernel of `best`'s tree and the steps from it to `best`. A replay lists
-    every step from the start (it is only ever made there), so the steps start over at one."""
-    if tree is None:
-        tree = Case.objects.filter(session_id=best.session_id, version_id=best.version_id,
-                                   target=best.target)  # fmt: skip
-    lineage = lineage_of(best, tree)
-    start, steps = lineage[0], list[Step]()
-    for parent, child in itertools.pairwise(lineage):
-        if is_replay(child.strategy):
-            steps = steps_with_gains(start, child)
-        else:
-            steps += steps_with_gains(parent, child)
-    return start, tuple(steps)
 
 
 def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
@@ -140,7 +127,7 @@ def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
 def steps_with_gains(parent: Case, child: Case) -> list[Step]:
     """The steps that made `child` from `parent`, sharing its gain equally (the steps of a
     replay were timed together)."""
-    speedup = child.speedup_vs_parent if child.parent_id == parent.pk else None
+    speedup = child.speedup_vs_parent
     if not speedup and parent.latency_ms and child.latency_ms:
         speedup = parent.latency_ms / child.latency_ms
     labels = steps_of(child.strategy)
