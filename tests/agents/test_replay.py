@@ -193,3 +193,31 @@ def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_
                                             "omp_parallel_private(loop=L0)"]  # fmt: skip
     assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
                                      naive("attention"))  # fmt: skip
+
+
+def test_a_step_on_a_loop_lands_on_the_loop_that_plays_its_role_here_or_nowhere(
+    team: Team,
+) -> None:
+    """scaled_softmax's L2 sums exponentials in float after its float accumulator. layernorm's
+    L2 sums squares (the accumulator alone made it 4.5x slower in a suite run) and no loop of
+    it sums a math call: the step is left out. attention sums exponentials in its L4."""
+    tree = Tree(team, "scaled_softmax")
+    tree.grow("flags(set=fast_math)", 2.5)
+    tree.grow("omp_parallel_for(loop=L0, schedule=static)", 4.0)
+    best = tree.grow("float_accumulator(loop=L2)", 1.06)
+
+    layernorm = propose(at_start_of(team, "layernorm", [hit(best)])).candidate
+    attention = propose(at_start_of(team, "attention", [hit(best)])).candidate
+
+    assert layernorm is not None and attention is not None
+    assert steps_of(layernorm.strategy) == [
+        "flags(set=fast_math)",
+        "omp_parallel_for(loop=L0, schedule=static)",
+    ]
+    assert steps_of(attention.strategy) == ["flags(set=fast_math)",
+                                            "omp_parallel_private(loop=L0)",
+                                            "float_accumulator(loop=L4)"]  # fmt: skip
+    expected = naive("attention")
+    for step in steps_of(attention.strategy)[1:]:
+        expected = apply(strategy_from_label(step), expected)
+    assert attention.source == expected

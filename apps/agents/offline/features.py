@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from apps.agents.offline.cparse import DOUBLE_FUNCTIONS, FLOAT_FUNCTIONS, parse, text, walk
-from apps.agents.offline.transforms import TransformError, loops
+from apps.agents.offline.transforms import LoopInfo, TransformError, loop_calls, loops
 
 MATH_CALLS = (FLOAT_FUNCTIONS | DOUBLE_FUNCTIONS) - {"fabsf", "fabs", "fmaxf", "fminf", "fmax",
                                                       "fmin"}  # fmt: skip
@@ -34,6 +34,52 @@ def kernel_features(source: str) -> frozenset[str]:
     if calls_math(source):
         features.add("math-calls")
     return frozenset(features)
+
+
+LoopRole = tuple[bool, bool, tuple[str, ...], bool, bool]
+
+
+def loop_roles(source: str) -> dict[str, LoopRole]:
+    """What each loop does, by id, in terms that carry from one kernel to another: outermost,
+    innermost and, for an innermost loop, what it reduces, whether it carries a value, whether
+    it calls the math library.
+    Loop ids are positions: L2 of scaled_softmax sums exponentials, L2 of layernorm sums
+    squares; a float accumulator that made the first 4x faster made the second 4.5x slower.
+    Empty when the source does not parse."""
+    return dict(_loop_roles(source))
+
+
+@functools.lru_cache(maxsize=1024)
+def _loop_roles(source: str) -> tuple[tuple[str, LoopRole], ...]:
+    try:
+        found, calls = loops(source), loop_calls(source)
+    except TransformError:
+        return ()
+    return tuple((loop.id, role_of(loop, calls[loop.id])) for loop in found)
+
+
+def role_of(loop: LoopInfo, calls: frozenset[str]) -> LoopRole:
+    """An innermost loop by what it computes; a loop around others by where it sits (what its
+    inner loops compute differs from kernel to kernel, and a parallel or tiled outer loop
+    does not care)."""
+    if loop.children:
+        return (loop.parent is None, False, (), False, False)
+    reductions = tuple(sorted({op for _, op in loop.reductions}))
+    return (loop.parent is None, True, reductions, loop.carried, bool(calls & MATH_CALLS))
+
+
+def same_role_loop(loop: str, there: str, here: str) -> str | None:
+    """The loop of `here` that plays the role `loop` plays in `there`: the k-th loop of that
+    role in source order there is the k-th one here. None when `here` has no such loop, or
+    when either source does not parse."""
+    roles_there, roles_here = loop_roles(there), loop_roles(here)
+    role = roles_there.get(loop)
+    if role is None:
+        return None
+    alike_there = [key for key, value in roles_there.items() if value == role]
+    alike_here = [key for key, value in roles_here.items() if value == role]
+    rank = alike_there.index(loop)
+    return alike_here[rank] if rank < len(alike_here) else None
 
 
 def nest_feature(depth: int) -> str:

@@ -30,7 +30,7 @@ import os
 import random
 from dataclasses import dataclass, replace
 
-from apps.agents.offline.features import kernel_features, overlap
+from apps.agents.offline.features import kernel_features, overlap, same_role_loop
 from apps.agents.offline.replay import Path, Step, fits, head_of, paths, replay_label
 from apps.agents.offline.transforms import (
     Strategy,
@@ -286,8 +286,11 @@ def replayed(path: Path, base: Candidate,
     """`base` after every step of `path` that applies to it, in order, and those steps; None
     when fewer than MIN_REPLAY_STEPS did."""
     candidate, applied = base, list[Step]()
+    there = path.start_source  # the kernel each step was applied to where it was found
     for step in path.steps:
-        after = step_applied(step.label, candidate, situation)
+        label_here = step_for(candidate.source, step.label, there)
+        there = source_after(step.label, there)
+        after = step_applied(label_here, candidate, situation) if label_here else None
         if after is None:
             continue
         made = Step(after.strategy, step.gain)  # the step as it applied here
@@ -297,6 +300,36 @@ def replayed(path: Path, base: Candidate,
         return None
     label = replay_label(path.best_case_id, [s.label for s in applied])
     return replace(candidate, strategy=label), applied
+
+
+def step_for(here: str, label: str, there: str) -> str | None:
+    """A path's step as it applies to `here`: on the loop that plays the role here that the
+    step's loop played `there` (see features.same_role_loop); None when no loop here does. A
+    step on no loop is the same step everywhere."""
+    if label.startswith(("flags(", "threads(")):
+        return label
+    try:
+        strategy = strategy_from_label(label)
+    except TransformError:
+        return None
+    loop = strategy.param("loop")
+    if loop is None:
+        return label
+    mapped = same_role_loop(loop, there, here)
+    if mapped is None:
+        return None
+    return Strategy.make(strategy.name, **{**dict(strategy.params), "loop": mapped}).label()
+
+
+def source_after(label: str, source: str) -> str:
+    """`source` after one step of a path, as it was where the path was found; unchanged by a
+    flag set, a thread count, or a step that no longer applies."""
+    if label.startswith(("flags(", "threads(")):
+        return source
+    try:
+        return apply(strategy_from_label(label), source)
+    except TransformError:
+        return source
 
 
 def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate | None:

@@ -236,6 +236,20 @@ def loops(source: str) -> list[LoopInfo]:
     return [loop.info for loop in _analyse(source).loops]
 
 
+def loop_calls(source: str) -> dict[str, frozenset[str]]:
+    """The functions each `for` loop of `kope_kernel` calls, in its nested loops too, by id."""
+    return {loop.info.id: frozenset(_called_functions(loop.node))
+            for loop in _analyse(source).loops}  # fmt: skip
+
+
+def _called_functions(node: Node) -> Iterator[str]:
+    for inner in walk(node):
+        if inner.type == "call_expression":
+            function = inner.child_by_field_name("function")
+            if function is not None:
+                yield text(function)
+
+
 def applicable(source: str) -> list[Strategy]:
     """Every strategy that applies to `source`, with concrete parameters, in a fixed order
     (strategy, then loop, then parameter values). A strategy whose result equals the source
