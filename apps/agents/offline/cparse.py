@@ -55,6 +55,15 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(current.children))
 
 
+def called_functions(node: Node) -> Iterator[str]:
+    """The name of every function called under `node`, as written (`expf`, `sqrt`)."""
+    for inner in walk(node):
+        if inner.type == "call_expression":
+            function = inner.child_by_field_name("function")
+            if function is not None:
+                yield text(function)
+
+
 def first_syntax_error(tree: Tree) -> Node | None:
     for node in walk(tree.root_node):
         if node.is_error or node.is_missing:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from apps.agents.offline.cparse import DOUBLE_FUNCTIONS, FLOAT_FUNCTIONS, parse, text, walk
+from apps.agents.offline.cparse import DOUBLE_FUNCTIONS, FLOAT_FUNCTIONS, called_functions, parse
 from apps.agents.offline.transforms import LoopInfo, TransformError, loop_calls, loops
 
 MATH_CALLS = (FLOAT_FUNCTIONS | DOUBLE_FUNCTIONS) - {"fabsf", "fabs", "fmaxf", "fminf", "fmax",
@@ -40,12 +40,11 @@ LoopRole = tuple[bool, bool, tuple[str, ...], bool, bool]
 
 
 def loop_roles(source: str) -> dict[str, LoopRole]:
-    """What each loop does, by id, in terms that carry from one kernel to another: outermost,
-    innermost and, for an innermost loop, what it reduces, whether it carries a value, whether
-    it calls the math library.
-    Loop ids are positions: L2 of scaled_softmax sums exponentials, L2 of layernorm sums
-    squares; a float accumulator that made the first 4x faster made the second 4.5x slower.
-    Empty when the source does not parse."""
+    """What each loop does, by id, in terms that carry from one kernel to another: whether it is
+    outermost, whether it is innermost and, if so, what it reduces, whether it carries a value
+    and whether it calls the math library. Loop ids are positions: L2 of scaled_softmax sums
+    exponentials, L2 of layernorm sums squares; a float accumulator that made the first 4x
+    faster made the second 4.5x slower. Empty when the source does not parse."""
     return dict(_loop_roles(source))
 
 
@@ -88,13 +87,7 @@ def nest_feature(depth: int) -> str:
 
 
 def calls_math(source: str) -> bool:
-    tree = parse(source.encode())
-    for node in walk(tree.root_node):
-        if node.type == "call_expression":
-            function = node.child_by_field_name("function")
-            if function is not None and text(function) in MATH_CALLS:
-                return True
-    return False
+    return any(name in MATH_CALLS for name in called_functions(parse(source.encode()).root_node))
 
 
 def overlap(a: frozenset[str], b: frozenset[str]) -> float:

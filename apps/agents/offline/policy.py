@@ -19,8 +19,9 @@ decided that and why, exactly as an LLM policy declares adoption, so ATU and UGC
 it the same way.
 
 On a starting kernel it can also replay a path memory brought back (apps/agents/offline/
-replay.py): every step of a similar operator's path to its best kernel that applies here, as
-one candidate, scored by that path's gain weighted like a case's evidence.
+replay.py): every step of a similar operator's path to its best kernel that applies here (a
+step on a loop, on the loop that plays the same role here), as one candidate, scored by that
+path's gain weighted like a case's evidence.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from apps.agents.offline.cparse import (
     Edit,
     TransformError,
     apply_edits,
+    called_functions,
     contains,
     declarator_name,
     declarators,
@@ -238,16 +239,8 @@ def loops(source: str) -> list[LoopInfo]:
 
 def loop_calls(source: str) -> dict[str, frozenset[str]]:
     """The functions each `for` loop of `kope_kernel` calls, in its nested loops too, by id."""
-    return {loop.info.id: frozenset(_called_functions(loop.node))
+    return {loop.info.id: frozenset(called_functions(loop.node))
             for loop in _analyse(source).loops}  # fmt: skip
-
-
-def _called_functions(node: Node) -> Iterator[str]:
-    for inner in walk(node):
-        if inner.type == "call_expression":
-            function = inner.child_by_field_name("function")
-            if function is not None:
-                yield text(function)
 
 
 def applicable(source: str) -> list[Strategy]:
