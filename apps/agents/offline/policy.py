@@ -303,11 +303,16 @@ def replayed(path: Path, base: Candidate,
     return replace(candidate, strategy=label), applied
 
 
+def sets_flags_or_threads(label: str) -> bool:
+    """Whether a step sets flags or a thread count: it leaves the source as it is."""
+    return label.startswith(("flags(", "threads("))
+
+
 def step_for(here: str, label: str, there: str) -> str | None:
     """A path's step as it applies to `here`: on the loop that plays the role here that the
     step's loop played `there` (see features.same_role_loop); None when no loop here does. A
     step on no loop is the same step everywhere."""
-    if label.startswith(("flags(", "threads(")):
+    if sets_flags_or_threads(label):
         return label
     try:
         strategy = strategy_from_label(label)
@@ -325,7 +330,7 @@ def step_for(here: str, label: str, there: str) -> str | None:
 def source_after(label: str, source: str) -> str:
     """`source` after one step of a path, as it was where the path was found; unchanged by a
     flag set, a thread count, or a step that no longer applies."""
-    if label.startswith(("flags(", "threads(")):
+    if sets_flags_or_threads(label):
         return source
     try:
         return apply(strategy_from_label(label), source)
@@ -336,7 +341,7 @@ def source_after(label: str, source: str) -> str:
 def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate | None:
     """`base` after one step of a path; None when the step does not apply to it or changes
     nothing (a flag set it has, a flag set that broke this operator, a loop it lacks)."""
-    if step.startswith(("flags(", "threads(")):
+    if sets_flags_or_threads(step):
         allowed = situation.operator.fast_math_allowed
         offered = thread_moves(base) + flag_moves(base, fast_math_allowed=allowed)
         return next((c for c in offered if c.strategy == step and step not in situation.broke),
