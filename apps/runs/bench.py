@@ -27,7 +27,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from apps.runs.loop import (
     baseline_settings,
     candidate_of_case,
     evaluate_here_since,
+    replaces_incumbent,
     timed_kernel,
 )
 from apps.runs.models import OptimizationSession
@@ -82,6 +83,9 @@ class OperatorResult:
     rounds_to_best: int | None  # the iteration that made the best kernel; 0: the start itself
     best_strategy_chain: str
     stop_reason: str
+    # the incumbent's latency after round 1, 2, ...; only the benchmark reads it (a report's
+    # rows leave it empty)
+    best_ms_by_round: list[float | None] = field(default_factory=list)
 
 
 def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[str, Any]:
@@ -100,7 +104,7 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     for mode in MODES:
         session = run_session(team, slugs, mode, kernels, options.progress, since)
         sessions[mode] = session.pk
-        results[mode] = operator_results(session, slugs, mode)
+        results[mode] = operator_results(session, slugs, mode, kernels.rounds)
         host[f"after_memory_{mode}"] = parallel_speedup()
     report = summary(results, slugs)
     report.update(paired_summary(team, sessions, slugs, kernels, options.progress, since))
@@ -166,8 +170,8 @@ def iteration_line(session_id: int) -> str:
     return f"iteration {p['iteration']} {p['strategy'][:40]} -> {p['outcome']} {latency}"
 
 
-def operator_results(session: OptimizationSession, slugs: list[str],
-                     mode: str) -> list[OperatorResult]:  # fmt: skip
+def operator_results(session: OptimizationSession, slugs: list[str], mode: str,
+                     rounds: int) -> list[OperatorResult]:  # fmt: skip
     finished = {
         e.payload["operator"]: e.payload
         for e in JournalEvent.objects.filter(session=session, kind="operator_finished")
@@ -185,10 +189,28 @@ def operator_results(session: OptimizationSession, slugs: list[str],
             speedup_vs_naive=p["speedup_vs_start"], speedup_vs_reference=best_ref,
             beats_reference=bool(best_ref and best_ref > 1.0), rounds_used=p["rounds_used"],
             rounds_to_best=best.iteration if best else None,
+            best_ms_by_round=incumbent_latencies(session.pk, slug, rounds),
             best_strategy_chain=strategy_chain(best),
             stop_reason=p["reason"],
         ))  # fmt: skip
     return results
+
+
+def incumbent_latencies(session_id: int, slug: str, rounds: int) -> list[float | None]:
+    """The incumbent's latency after each round, 1 to `rounds`, as the session judged it: the
+    first correct kernel, then each one judged faster than its parent. Past the rounds an
+    operator used, its final best."""
+    cases = Case.objects.filter(session_id=session_id, version__operator__slug=slug)
+    incumbent, latencies = None, []
+    by_round = iter(cases.order_by("iteration", "pk"))
+    pending = next(by_round, None)
+    for round_number in range(1, rounds + 1):
+        while pending is not None and pending.iteration <= round_number:
+            if replaces_incumbent(pending, incumbent):
+                incumbent = pending
+            pending = next(by_round, None)
+        latencies.append(incumbent.latency_ms if incumbent else None)
+    return latencies
 
 
 def strategy_chain(best: Case | None) -> str:
@@ -244,7 +266,27 @@ def summary(results: dict[str, list[OperatorResult]], slugs: list[str]) -> dict[
         "memory_on": mode_summary(results["read_write"]),
         "memory_off": mode_summary(results["off"]),
         "memory_effect": geomean(ratios),
+        "memory_effect_by_round": memory_effect_by_round(on, off, slugs),
     }
+
+
+def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, OperatorResult],
+                           slugs: list[str]) -> list[float | None]:  # fmt: skip
+    """The memory effect had the sessions stopped after round 1, 2, ...: the geometric mean of
+    the incumbents' latencies then, off / on. Memory written by an earlier operator is what its
+    whole session wrote, so it reads how much sooner memory gets there, not what a session of
+    that budget would find."""
+    rounds = max((len(on[slug].best_ms_by_round) for slug in slugs), default=0)
+    return [
+        geomean([ratio for slug in slugs
+                 if (ratio := latency_ratio_at(off[slug], on[slug], k)) is not None])
+        for k in range(rounds)
+    ]  # fmt: skip
+
+
+def latency_ratio_at(off: OperatorResult, on: OperatorResult, index: int) -> float | None:
+    off_ms, on_ms = off.best_ms_by_round[index], on.best_ms_by_round[index]
+    return off_ms / on_ms if off_ms and on_ms else None
 
 
 # --- side by side: the figures again, each pair of kernels timed in one process -------------
@@ -382,6 +424,9 @@ def markdown_table(report: dict[str, Any]) -> str:
                      f"| {fmt(report['memory_off'][key])} |")  # fmt: skip
     lines.append(f"\nmemory effect (geomean best latency off / on): "
                  f"{fmt(report['memory_effect'])}")  # fmt: skip
+    effects = enumerate(report["memory_effect_by_round"], 1)
+    by_round = ", ".join(f"{k}: {fmt(effect)}" for k, effect in effects)
+    lines.append(f"memory effect had the sessions stopped after round k (k: effect): {by_round}")
     if "paired" in report:
         lines += ["", *paired_table(report["paired"])]
     if "host_parallel_speedup" in report:

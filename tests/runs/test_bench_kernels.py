@@ -49,6 +49,13 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert row["speedup_vs_naive"] == finished["speedup_vs_start"]
     assert report["memory_on"]["rounds_used"] == 2 and report["memory_on"]["pass_rate"] == 1.0
     assert row["rounds_to_best"] == best.iteration == report["memory_on"]["mean_rounds_to_best"]
+    # the incumbent after each round, as the session replaced it: the start's latency until
+    # the round that made the best kernel, which holds to the end
+    start_ms = finished["start_latency_ms"]
+    assert row["best_ms_by_round"] == [start_ms if k < best.iteration else best.latency_ms
+                                       for k in (1, 2)]  # fmt: skip
+    assert report["memory_effect_by_round"][-1] == report["memory_effect"]
+    assert len(report["memory_effect_by_round"]) == 2
     rows = list(csv.DictReader(StringIO(Path(report["files"]["csv"]).read_text())))
     assert [r["mode"] for r in rows] == ["memory_on", "memory_off"]
     assert rows[0]["rounds_to_best"] == str(best.iteration)
@@ -66,6 +73,7 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert paired["median_self_acceleration_on"] == ratio
     assert paired["memory_effect"] == paired["operators"][OPERATOR]["memory"] > 0
     assert "Side by side" in Path(report["files"]["markdown"]).read_text()
+    assert "stopped after round k (k: effect): 1: " in Path(report["files"]["markdown"]).read_text()
     # the host was probed before, between and after the sessions
     host = report["host_parallel_speedup"]
     probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side"}
