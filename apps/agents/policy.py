@@ -5,6 +5,7 @@ returns. The offline search policy and the Claude policy both implement `Policy`
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -33,12 +34,21 @@ class OperatorBrief:
 MAX_STRATEGY_CHARS = 200
 
 
+# A kernel as it runs: its source's sha256 (as the journal stores it), its flags, its threads.
+KernelKey = tuple[str, tuple[str, ...], int]
+
+
 @dataclass(frozen=True)
 class Candidate:
     source: str
     strategy: str  # a named strategy with parameters, e.g. "interchange(loop=L1)"
     flags: tuple[str, ...] = ()
     threads: int = 1
+
+    @property
+    def kernel_key(self) -> KernelKey:
+        digest = hashlib.sha256(self.source.encode(errors="surrogatepass")).hexdigest()
+        return digest, tuple(self.flags), self.threads
 
 
 def bounded_strategy(strategy: str) -> str:
@@ -93,6 +103,9 @@ class Situation:
     # strategies that did not improve a kernel with the incumbent's very source (another flag
     # set or thread count): on the same code they mean the same change
     lost: frozenset[str] = frozenset()
+    # the kernels this operator already ran in this session: proposing one again only measures
+    # it again (an interchange of an interchanged loop gives its parent back)
+    evaluated: frozenset[KernelKey] = frozenset()
 
 
 @dataclass(frozen=True)

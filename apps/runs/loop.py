@@ -35,6 +35,7 @@ from apps.agents.policy import (
     FAILED_OUTCOMES,
     Attempt,
     Candidate,
+    KernelKey,
     OperatorBrief,
     Policy,
     Proposal,
@@ -382,8 +383,16 @@ class Iteration:
             stage="optimization" if incumbent else "correctness",
             rounds_left=self.config.budgets.rounds - self.n, incumbent=incumbent, latest=latest,
             tried=tried, context=packed, retrieved=hits, hot_rules=rules, seed=self.config.seed,
-            broke=broke, lost=lost,
+            broke=broke, lost=lost, evaluated=self.kernels_evaluated(),
         )  # fmt: skip
+
+    def kernels_evaluated(self) -> frozenset[KernelKey]:
+        """The kernels proposed for this operator before this iteration, as they ran."""
+        proposed = JournalEvent.objects.filter(
+            session=self.session, kind="candidate_proposed", payload__operator=self.entry.slug,
+            payload__iteration__lt=self.n,
+        ).values_list("payload", flat=True)  # fmt: skip
+        return frozenset((p["source_sha256"], tuple(p["flags"]), p["threads"]) for p in proposed)
 
     def memory(self) -> tuple[list[Hit], list[dict[str, Any]]]:
         if self.mode == MemoryMode.OFF:

@@ -14,6 +14,7 @@ from apps.agents.offline.policy import (
     moves,
     strategy_name,
 )
+from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
@@ -188,3 +189,32 @@ def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) ->
     )  # fmt: skip
 
     assert first_move(after_fast_math) == "omp_parallel_private(loop=L0)"
+
+
+def every_proposal(here: Situation) -> list[Candidate]:
+    """What the policy proposes on `here`, one after another, until it has nothing left."""
+    proposed: list[Candidate] = []
+    while True:
+        tried = frozenset(c.strategy for c in proposed)
+        proposal = OfflineSearchPolicy().propose(replace(here, tried=tried), tools=None)  # type: ignore[arg-type]
+        if proposal.candidate is None:
+            return proposed
+        proposed.append(proposal.candidate)
+
+
+def test_a_kernel_this_operator_already_ran_is_not_proposed_again(team: Team) -> None:
+    """avg_pool2d, in a suite run: interchange(loop=L3) of the interchanged kernel is its
+    parent again, and four rounds went to swapping the two loops back and forth."""
+    start = situation(team, "avg_pool2d", "pooling", [])
+    assert start.incumbent is not None
+    parent = start.incumbent.candidate
+    swap = "interchange(loop=L3)"
+    swapped = replace(parent, source=apply(strategy_from_label(swap), parent.source),
+                      strategy=swap)  # fmt: skip
+    after_swap = replace(start, incumbent=replace(start.incumbent, candidate=swapped))
+    assert parent.kernel_key in [c.kernel_key for c in every_proposal(after_swap)]
+
+    knowing_the_parent = replace(after_swap, evaluated=frozenset({parent.kernel_key,
+                                                                  swapped.kernel_key}))  # fmt: skip
+
+    assert parent.kernel_key not in [c.kernel_key for c in every_proposal(knowing_the_parent)]

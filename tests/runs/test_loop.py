@@ -10,7 +10,7 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.policy import Candidate, Proposal, Situation
+from apps.agents.policy import Candidate, KernelKey, Proposal, Situation
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
@@ -396,3 +396,28 @@ def test_what_did_not_pay_on_the_incumbent_s_source_is_lost_whatever_its_flags()
     on_new_code = Progress(cases=[*trail, tiled], incumbent=tiled, correctness_scored=True,
                            tokens_used=0)  # fmt: skip
     assert lost_on_same_source(on_new_code) == frozenset()
+
+
+class Remembering(Commenting):
+    """Commenting, keeping what each situation said this operator had already run."""
+
+    def __init__(self, threads: int) -> None:
+        super().__init__(threads)
+        self.evaluated: list[frozenset[KernelKey]] = []
+
+    def propose(self, situation: Situation, tools: Any) -> Proposal:
+        self.evaluated.append(situation.evaluated)
+        return super().propose(situation, tools)
+
+
+def test_a_policy_is_told_every_kernel_its_operator_already_ran(db: None) -> None:
+    stored_builtin("vector_add")
+    session = launch(TeamFactory(), ["vector_add"], rounds=3, mode="off")
+    policy = Remembering(threads=2)
+    for _ in range(3):
+        advance(session.pk, evaluate=evaluate_here, policy_for=lambda *_: policy)
+
+    ran = [candidate_of_case(c).kernel_key
+           for c in Case.objects.filter(session=session).order_by("iteration")]  # fmt: skip
+    assert ran[1] != ran[0] and ran[1][2] == 2  # a comment and threads: another kernel
+    assert policy.evaluated == [frozenset(ran[:1]), frozenset(ran[:2])]

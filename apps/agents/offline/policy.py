@@ -3,8 +3,9 @@ memory. No model, no network.
 
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
-incumbent, puts last the other parameters of a strategy already tried on the same loop and
-what did not pay on this very source under other flags, and scores the rest: a fixed prior
+incumbent and any kernel this operator already ran (a loop interchanged back to its parent's
+order), puts last the other parameters of a strategy already tried on the same loop and what
+did not pay on this very source under other flags, and scores the rest: a fixed prior
 (what usually pays on CPUs first, with the float-reordering flags after the parallel loop on
 kernels with no math to vectorize) plus the evidence memory brought back. Each retrieved case
 speaks for the strategy it tried (for flags, for the set it added), with its gain (ln of its
@@ -108,10 +109,11 @@ class OfflineSearchPolicy:
         ordinary = moves(situation)
         replays = {r.candidate.strategy: r for r in replay_moves(situation, ordinary, order)}
         options = [c for c in [*ordinary, *(r.candidate for r in replays.values())]
-                   if c.strategy not in situation.tried]  # fmt: skip
+                   if c.strategy not in situation.tried
+                   and c.kernel_key not in situation.evaluated]  # fmt: skip
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
-                            "has been tried")  # fmt: skip
+                            "has been tried or makes a kernel already run")  # fmt: skip
         evidence = gather_evidence(situation)
         worn = worn_moves(situation)
         scored = sorted(options, reverse=True, key=lambda c: (
