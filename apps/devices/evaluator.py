@@ -813,6 +813,15 @@ def stats_ms(samples_ns: list[int]) -> dict[str, float]:
             "min_ms": float(values.min()), "samples": len(values)}  # fmt: skip
 
 
+def paired_ratio(baseline_ns: list[int], candidate_ns: list[int]) -> float:
+    """How many times faster the candidate ran than the baseline: the median, over the timed
+    orders, of the baseline's time over the candidate's in that order. The two calls of an
+    order run one after the other, so a host that slows down midway slows both; the ratio of
+    the two medians can take each from another side of the change."""
+    ratios = [b / max(c, 1) for b, c in zip(baseline_ns, candidate_ns, strict=True)]
+    return float(np.median(np.array(ratios, dtype=np.float64)))
+
+
 def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], options: EvalSettings,
                    flags: list[str]) -> dict[str, Any]:  # fmt: skip
     candidate, reference = stats_ms(result["candidate_ns"]), stats_ms(result["reference_ns"])
@@ -825,8 +834,8 @@ def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], option
     }  # fmt: skip
     if result.get("baseline_ns"):
         summary["baseline"] = stats_ms(result["baseline_ns"])
-        summary["vs_baseline"] = summary["baseline"]["median_ms"] / max(candidate["median_ms"],
-                                                                         1e-9)  # fmt: skip
+        summary["baseline_samples_ms"] = [n / 1e6 for n in result["baseline_ns"]]
+        summary["vs_baseline"] = paired_ratio(result["baseline_ns"], result["candidate_ns"])
     if not summary["ok"]:
         summary["reason"] = "the last timed call's output was wrong (results cached between calls?)"
         flags.append("wrong output on a timed call")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -10,7 +11,13 @@ from typing import Any
 import pytest
 
 from apps.devices.compile_errors import parse_compiler_output
-from apps.devices.evaluator import EvalSettings, Run, evaluate_candidate, timing_summary
+from apps.devices.evaluator import (
+    EvalSettings,
+    Run,
+    evaluate_candidate,
+    paired_ratio,
+    timing_summary,
+)
 from apps.devices.jail import sandbox_ids
 from apps.devices.models import Evaluation
 from apps.devices.services import (
@@ -255,9 +262,10 @@ def test_a_stored_baseline_is_timed_beside_the_candidate_in_its_process(db: None
     assert verdict["status"] == "correct" and timed["ok"], verdict
     assert timed["baseline"]["samples"] == timed["candidate"]["samples"] == 9
     assert 2.0 < timed["vs_baseline"] < 5.0, timed
-    assert timed["vs_baseline"] == pytest.approx(
-        timed["baseline"]["median_ms"] / timed["candidate"]["median_ms"]
-    )
+    assert timed["vs_baseline"] == pytest.approx(statistics.median(
+        b / c for b, c in zip(timed["baseline_samples_ms"], timed["candidate_samples_ms"],
+                              strict=True)
+    ))  # fmt: skip
     assert EvalSettings.from_json(evaluation.options) == options
 
 
@@ -309,3 +317,16 @@ int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *output
     return 0;
 }
 """
+
+
+def test_a_host_that_slows_down_midway_does_not_tip_the_side_by_side_ratio() -> None:
+    """A kernel beside itself, ten orders; the host slows 1.5x between the two calls of the
+    sixth (the baseline's went second). The baseline's median falls between the two speeds,
+    the candidate's on the fast one: 1.25x from nothing. The per-order ratios see one pair
+    straddle the change."""
+    fast, slow = 30_000_000, 45_000_000
+    candidate = [fast] * 6 + [slow] * 4
+    baseline = [fast] * 5 + [slow] * 5
+
+    assert statistics.median(baseline) / statistics.median(candidate) == 1.25
+    assert paired_ratio(baseline, candidate) == 1.0
