@@ -245,7 +245,11 @@ def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
 
 def latency_ratio(off: OperatorResult, on: OperatorResult) -> float | None:
     """Best latency with memory off / with memory on (> 1: memory helped)."""
-    return off.best_ms / on.best_ms if off.best_ms and on.best_ms else None
+    return ratio_of(off.best_ms, on.best_ms)
+
+
+def ratio_of(off_ms: float | None, on_ms: float | None) -> float | None:
+    return off_ms / on_ms if off_ms and on_ms else None
 
 
 def summary(results: dict[str, list[OperatorResult]], slugs: list[str]) -> dict[str, Any]:
@@ -278,15 +282,10 @@ def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, Operato
     that budget would find."""
     rounds = max((len(on[slug].best_ms_by_round) for slug in slugs), default=0)
     return [
-        geomean([ratio for slug in slugs
-                 if (ratio := latency_ratio_at(off[slug], on[slug], k)) is not None])
+        geomean([ratio_of(off[slug].best_ms_by_round[k], on[slug].best_ms_by_round[k]) or 0
+                 for slug in slugs])
         for k in range(rounds)
     ]  # fmt: skip
-
-
-def latency_ratio_at(off: OperatorResult, on: OperatorResult, index: int) -> float | None:
-    off_ms, on_ms = off.best_ms_by_round[index], on.best_ms_by_round[index]
-    return off_ms / on_ms if off_ms and on_ms else None
 
 
 # --- side by side: the figures again, each pair of kernels timed in one process -------------
