@@ -410,9 +410,8 @@ class Remembering(Commenting):
         return super().propose(situation, tools)
 
 
-def test_a_policy_is_told_every_kernel_its_operator_already_ran(db: None) -> None:
-    stored_builtin("vector_add")
-    session = launch(TeamFactory(), ["vector_add"], rounds=3, mode="off")
+def test_a_policy_is_told_every_kernel_its_operator_already_ran(gemm: OperatorVersion) -> None:
+    session = launch(TeamFactory(), ["gemm"], rounds=3, mode="off")
     policy = Remembering(threads=2)
     for _ in range(3):
         advance(session.pk, evaluate=evaluate_here, policy_for=lambda *_: policy)
