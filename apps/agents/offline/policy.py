@@ -5,7 +5,8 @@ Each iteration it lists what it could do to the incumbent (every source transfor
 applies, another thread count, another allowed flag set), drops what it already tried on this
 incumbent and any kernel this operator already ran (a loop interchanged back to its parent's
 order), puts last the other parameters of a strategy already tried on the same loop and what
-did not pay on this very source under other flags, and scores the rest: a fixed prior
+did not pay on this very source under other flags, puts first a lowering to the packed GEMM
+that no retrieved case weighs against, and scores the rest: a fixed prior
 (what usually pays on CPUs first, with the float-reordering flags after the parallel loop on
 kernels with no math to vectorize) plus the evidence memory brought back. Each retrieved case
 speaks for the strategy it tried (for flags, for the set it added), with its gain (ln of its
