@@ -21,6 +21,7 @@ import os
 import pwd
 import resource
 import struct
+import time
 from dataclasses import dataclass, fields
 
 SANDBOX_USER = "nobody"
@@ -382,8 +383,12 @@ def _seccomp_on_all_threads(fprog: _SockFprog) -> bool:
     raise OSError(code, f"seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): {os.strerror(code)}")
 
 
-def _require_single_thread() -> None:
-    threads = len(os.listdir("/proc/self/task"))
+def _require_single_thread(grace_s: float = 0.5) -> None:
+    """Python's join() returns before the kernel has reaped the thread, so a thread just
+    joined may still be listed for a moment: wait that out before calling it an escape."""
+    deadline = time.monotonic() + grace_s
+    while (threads := len(os.listdir("/proc/self/task"))) > 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
     if threads > 1:
         raise OSError(f"seccomp: no TSYNC on this kernel and {threads} threads would escape")
 

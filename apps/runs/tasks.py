@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
@@ -16,11 +16,11 @@ logger = logging.getLogger(__name__)
 
 # No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue.
 # A database that cannot be reached is waited for: retries with backoff, about 10 min in all.
-@shared_task(name="runs.advance", acks_late=True, reject_on_worker_lost=True,
+@shared_task(name="runs.advance", bind=True, acks_late=True, reject_on_worker_lost=True,
              ignore_result=True, autoretry_for=(OperationalError, InterfaceError),
              retry_backoff=2, retry_backoff_max=60, retry_jitter=True,
              max_retries=10)  # fmt: skip
-def advance_session(session_id: int, ticket: int) -> None:
+def advance_session(self: Task[Any, None], session_id: int, ticket: int) -> None:
     """One iteration, then the next as a new task: a worker holds a session only while it
     works on one iteration, so others (and a restarted worker) can take it up."""
     from apps.runs.loop import advance, evaluate_on_worker
@@ -29,6 +29,11 @@ def advance_session(session_id: int, ticket: int) -> None:
 
     current = OptimizationSession.objects.filter(pk=session_id).values_list("ticket", flat=True)
     if current.first() != ticket:
+        if self.request.retries:
+            # This task's own enqueue may have committed a new ticket while the database
+            # went away before answering: the message for that ticket was then never sent.
+            # Queue one again; were it sent after all, the older one turns stale.
+            enqueue_advance(session_id)
         return  # a newer message for this session is queued: this one is stale
     try:
         more = advance(session_id, evaluate=evaluate_on_worker, policy_for=policy_for)

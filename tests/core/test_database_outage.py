@@ -145,7 +145,7 @@ def test_a_database_outage_is_a_503_and_the_running_session_waits_then_finishes(
 
     with (
         daphne(env) as url,
-        celery_worker(env, "agent", "agent@outage"),
+        celery_worker(env, "agent", "agent@outage") as agent,
         celery_worker(env, "device.cpu", "device@outage"),
     ):
         assert get(f"{url}/api/me", api_headers)[0] == 200
@@ -168,7 +168,8 @@ def test_a_database_outage_is_a_503_and_the_running_session_waits_then_finishes(
             lambda: OptimizationSession.objects.filter(
                 pk=session_id, status=OptimizationSession.Status.FINISHED
             ).first(),
-            240, "the session to finish", lambda: session_story(session_id),
+            240, "the session to finish",
+            lambda: f"{session_story(session_id)}\nthe agent worker said:\n{agent.output[-3000:]}",
         )  # fmt: skip
     assert finished is not None and not journal.filter(kind="session_paused").exists()
     iterations = sorted(journal.filter(kind="iteration_started").values_list(

@@ -305,6 +305,29 @@ def test_an_unexpected_error_pauses_the_session_with_it(gemm: OperatorVersion) -
     assert session.status_reason == "the loop stopped on an error: ValueError: the policy tripped"
 
 
+def test_a_retried_advance_whose_ticket_moved_on_queues_the_next_iteration_again(
+    gemm: OperatorVersion, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The database can commit an enqueue's new ticket and go away before answering: the task
+    is retried with its old ticket and the message for the new one was never sent."""
+    from apps.runs.tasks import advance_session
+
+    session = launch(TeamFactory(), ["gemm"])
+    old_ticket = session.ticket
+    OptimizationSession.objects.filter(pk=session.pk).update(status="running",
+                                                             ticket=old_ticket + 1)  # fmt: skip
+
+    with django_capture_on_commit_callbacks() as first_attempt:
+        advance_session.apply(args=(session.pk, old_ticket))
+    with django_capture_on_commit_callbacks() as retry:
+        advance_session.apply(args=(session.pk, old_ticket), retries=1)
+
+    assert first_attempt == [], "a stale message on its first attempt queues nothing"
+    assert len(retry) == 1
+    session.refresh_from_db()
+    assert session.ticket == old_ticket + 2
+
+
 class Commenting:
     """A policy that proposes its incumbent with a comment added, at the given threads."""
 
