@@ -129,6 +129,26 @@ def test_a_scripted_claude_iteration_runs_its_tools_records_adoption_and_counts_
     assert API_KEY not in journal
 
 
+def test_a_kernel_already_run_is_sent_back_to_the_model_without_spending_a_round(
+    transactional_db: None, eager_tasks: None, claude_api: FakeAnthropic
+) -> None:
+    session = claude_session(rounds=2)
+    assert step(session)  # iteration 0: the starting kernel
+    starting = Case.objects.get(session=session, iteration=0).source.text
+    claude_api.script(
+        message(tool_use("write_candidate", {"source": starting, "strategy": "as it was"}),
+                tool_use("evaluate", {}), stop_reason="tool_use"),
+        message(tool_use("write_candidate", {"source": IPJ_GEMM, "strategy": "interchange i-p-j"}),
+                tool_use("evaluate", {}), stop_reason="tool_use"),
+    )  # fmt: skip
+
+    assert step(session)
+
+    refused = claude_api.requests[1].body["messages"][-1]["content"][1]
+    assert refused["is_error"] and "already ran for this operator" in refused["content"]
+    assert Case.objects.get(session=session, iteration=1).strategy == "interchange i-p-j"
+
+
 def test_an_api_that_keeps_failing_pauses_the_session_with_the_reason_and_loses_nothing(
     transactional_db: None, eager_tasks: None, claude_api: FakeAnthropic
 ) -> None:

@@ -105,7 +105,8 @@ TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "evaluate",
-        "description": "Evaluate the written candidate; ends the iteration.",
+        "description": "Evaluate the written candidate; ends the iteration. A kernel this "
+        "operator already ran (same source, flags and threads) is sent back.",
         "input_schema": {"type": "object", "properties": {}},
     },
 ]
@@ -297,6 +298,9 @@ def evaluate_tool(arguments: dict[str, Any], state: Turns, situation: Situation,
                   tools: Tools) -> str:  # fmt: skip
     if state.candidate is None:
         raise ToolInputError("write a candidate with write_candidate before evaluate")
+    if state.candidate.kernel_key in situation.evaluated:
+        raise ToolInputError("this kernel already ran for this operator (the same source, "
+                             "flags and threads): change it, then evaluate")  # fmt: skip
     state.evaluate = True
     return "handed over for evaluation"
 
