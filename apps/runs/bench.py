@@ -41,7 +41,7 @@ from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
 from apps.devices.host import parallel_speedup
 from apps.memory.models import Case, JournalEvent
-from apps.operators.models import Suite
+from apps.operators.models import OperatorVersion, Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.config import Budgets, Measurement
 from apps.runs.loop import (
@@ -141,13 +141,15 @@ def run_session(
     eager = current_app.conf.task_always_eager
     current_app.conf.task_always_eager = True  # case embeddings happen here, not in a worker
     try:
-        iterations = 0
         # Verdicts from before this run are measured again; within the run, the same kernel
         # with memory on and off shares one measurement (a paired comparison).
         evaluate = evaluate_here_since(since)
+        shown = ""
         while advance(session.pk, evaluate=evaluate, policy_for=policy_for):
-            iterations += 1
-            progress(f"memory {mode}: {iteration_line(session.pk)} ({iterations} iterations)")
+            # An advance that closes an operator records no case: nothing new to show.
+            if (line := iteration_line(session.pk)) != shown:
+                progress(f"memory {mode}: {line}")
+                shown = line
     finally:
         current_app.conf.task_always_eager = eager
     session.refresh_from_db()
@@ -166,8 +168,12 @@ def iteration_line(session_id: int) -> str:
     if last is None:
         return "starting"
     p = last.payload
+    slug = OperatorVersion.objects.filter(pk=p["version_id"]).values_list(
+        "operator__slug", flat=True
+    )
     latency = f"{p['latency_ms']:.2f} ms" if p.get("latency_ms") else "-"
-    return f"iteration {p['iteration']} {p['strategy'][:40]} -> {p['outcome']} {latency}"
+    return (f"{slug.first()} iteration {p['iteration']} {p['strategy'][:40]} -> "
+            f"{p['outcome']} {latency}")  # fmt: skip
 
 
 def operator_results(session: OptimizationSession, slugs: list[str], mode: str,
