@@ -5,11 +5,11 @@ returns. The offline search policy and the Claude policy both implement `Policy`
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from apps.agents.context import PackedContext
+from apps.devices.models import KernelSource
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller
 
@@ -47,8 +47,7 @@ class Candidate:
 
     @property
     def kernel_key(self) -> KernelKey:
-        digest = hashlib.sha256(self.source.encode(errors="surrogatepass")).hexdigest()
-        return digest, tuple(self.flags), self.threads
+        return KernelSource.digest_of(self.source), tuple(self.flags), self.threads
 
 
 def bounded_strategy(strategy: str) -> str:

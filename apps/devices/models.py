@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import hashlib
+
 from django.conf import settings as django_settings
 from django.db import models
 
@@ -16,6 +18,11 @@ class KernelSource(models.Model):
 
     def __str__(self) -> str:
         return self.sha256[:12]
+
+    @staticmethod
+    def digest_of(text: str) -> str:
+        """The key a source is stored under (and the journal names it by)."""
+        return hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()
 
 
 class Evaluation(models.Model):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
 
@@ -32,8 +31,8 @@ def kernel_source_store(text: str) -> KernelSource:
         raise DomainError(f"the kernel is {len(encoded)} bytes; the limit is {MAX_SOURCE_BYTES}")
     if b"\x00" in encoded:
         raise DomainError(f"the kernel holds a NUL character (byte {encoded.index(0)})")
-    digest = hashlib.sha256(encoded).hexdigest()
-    source, _ = KernelSource.objects.get_or_create(sha256=digest, defaults={"text": text})
+    source, _ = KernelSource.objects.get_or_create(sha256=KernelSource.digest_of(text),
+                                                   defaults={"text": text})  # fmt: skip
     return source
 
 
