@@ -299,26 +299,26 @@ def test_a_compile_error_is_located_in_the_source(gemm: OperatorUnderTest) -> No
 # --- speed ---------------------------------------------------------------------------------
 
 
-def test_a_slower_correct_kernel_times_slower_than_the_naive_one(
-    gemm: OperatorUnderTest, naive_timed: dict[str, Any]
-) -> None:
-    naive = naive_timed
-    slower = evaluate(gemm, "slower", TIMED)
+def test_a_slower_correct_kernel_times_slower_than_the_naive_one(gemm: OperatorUnderTest) -> None:
+    slower = evaluate_beside_naive(gemm, "slower")
 
     assert slower["status"] == "correct", slower["reason"]
     assert slower["timed"]["ok"]
-    assert slower["timed"]["speedup"] < 0.5 * naive["timed"]["speedup"]
+    assert slower["timed"]["vs_baseline"] < 0.5
 
 
-def test_a_faster_correct_kernel_times_faster_than_the_naive_one(
-    gemm: OperatorUnderTest, naive_timed: dict[str, Any]
-) -> None:
-    naive = naive_timed
-    faster = evaluate(gemm, "faster", TIMED)
+def test_a_faster_correct_kernel_times_faster_than_the_naive_one(gemm: OperatorUnderTest) -> None:
+    faster = evaluate_beside_naive(gemm, "faster")
 
     assert faster["status"] == "correct", faster["reason"]
     assert faster["timed"]["ok"] and faster["flags"] == []
-    assert faster["timed"]["speedup"] > 2 * naive["timed"]["speedup"]
+    assert faster["timed"]["vs_baseline"] > 2
+
+
+def evaluate_beside_naive(gemm: OperatorUnderTest, name: str) -> dict[str, Any]:
+    """Timed in one process with the naive kernel, call for call: a ratio that a busy host
+    (the other test worker compiling, say) slows on both sides alike."""
+    return evaluate_candidate(gemm, kernel(name), TIMED, baseline_source=NAIVE_GEMM.read_text())
 
 
 def test_a_kernel_cannot_forge_its_own_timing(gemm: OperatorUnderTest) -> None:
