@@ -1,8 +1,10 @@
 """Redis restarted while a session runs on real workers and two watchers follow it over
 websockets (the many-hosts mode: Redis is the broker and the channel layer). The restart is
 what an operator's `systemctl restart redis` does: SHUTDOWN SAVE, then start on the same
-data. The session finishes; each watcher's socket drops, it reconnects with the last seq it
-has, and ends up with every journal event once, in order.
+data. The session finishes, and each watcher ends up with every journal event once, in order:
+its socket drops and it reconnects with the last seq it has, or, when the Redis client's own
+retries (redis-py backs off up to three times) bridge the restart, the socket stays and a
+message lost meanwhile is read back from the journal with the next one.
 
 The test runs its own redis-server on a free port: restarting the machine's Redis would pull
 it from under everything else.
@@ -134,6 +136,9 @@ def test_a_redis_restart_loses_no_event_and_the_session_finishes(
             watcher.start()
         journal = JournalEvent.objects.filter(session_id=session_id)
         wait_until(lambda: journal.filter(kind="case_recorded").exists(), 120, "a first case")
+        # On a loaded host a watcher's first handshake can still be under way: one that only
+        # connects once Redis is back has no socket for the restart to drop.
+        wait_until(lambda: all(w.connections for w in watchers), 60, "both watchers to follow")
         redis_server.restart()
         wait_until(
             lambda: OptimizationSession.objects.get(pk=session_id).status == "finished",
@@ -144,5 +149,4 @@ def test_a_redis_restart_loses_no_event_and_the_session_finishes(
 
     expected = list(journal.order_by("seq").values_list("seq", "kind"))
     for watcher in watchers:
-        assert watcher.connections >= 2, "the restart dropped the socket"
         assert [(e["seq"], e["kind"]) for e in watcher.events] == expected
