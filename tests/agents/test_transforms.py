@@ -24,8 +24,10 @@ from apps.agents.offline.transforms import (
     TransformError,
     applicable,
     apply,
+    interchange_stride_gain,
     loops,
     strategy_from_label,
+    tile_walks_in_order,
 )
 from apps.devices.cpu_c.harness import Call, load_kernel
 
@@ -714,3 +716,46 @@ def test_packed_gemm_without_memory_to_pack_computes_the_plain_loops(tmp_path: P
     run = gemm_driver_run(NO_MEMORY_DRIVER, tmp_path)
     assert run.returncode == 0, run.stdout
     assert run.stdout.startswith("ok ") and run.stdout != "ok 0\n"  # a sum that is not 0
+
+
+IJP_GEMM = """#include "kope_kernel.h"
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    const float *a = (const float *)inputs[0].data, *b = (const float *)inputs[1].data;
+    float *c = (float *)outputs[0].data;
+    int64_t m = inputs[0].shape[0], k = inputs[0].shape[1], n = inputs[1].shape[1];
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t p = 0; p < k; ++p)
+                c[i * n + j] += a[i * k + p] * b[p * n + j];
+    return 0;
+}
+"""
+
+
+def test_the_stride_gain_of_an_interchange_counts_arrays_walked_element_by_element() -> None:
+    """i-j-p walks a alone along p; i-p-j walks b and c along j. Attention's sum over values
+    walks acc and v along e; turned to run over keys, it walks p alone."""
+    assert interchange_stride_gain(IJP_GEMM, "L1") == 1
+    assert interchange_stride_gain(apply(make("interchange", loop="L1"), IJP_GEMM), "L1") == -1
+    assert interchange_stride_gain(naive("causal_attention"), "L6") == -1
+    assert interchange_stride_gain(naive("transpose_2d"), "L0") == 0
+    assert interchange_stride_gain(naive("gemm"), "L0") == -2  # C written down its columns
+    assert interchange_stride_gain(IJP_GEMM, "L2") is None  # no loop inside it
+    assert interchange_stride_gain(IJP_GEMM, "L9") is None
+    assert interchange_stride_gain("not C at all {", "L0") is None
+
+
+def test_a_tile_of_a_nest_that_walks_memory_in_order_is_told_apart() -> None:
+    """A transpose writes down a column in its inner loop; attention's sum over values and
+    average pooling's window walk every array in order, or not at all, there."""
+    assert not tile_walks_in_order(naive("transpose_2d"), "L0")
+    assert tile_walks_in_order(naive("attention"), "L6")
+    assert tile_walks_in_order(naive("avg_pool2d"), "L3")
+    assert not tile_walks_in_order(naive("avg_pool2d"), "L1")  # its child is not innermost
+    assert not tile_walks_in_order("not C at all {", "L0")
+
+
+def test_an_interchange_of_a_window_that_walks_rows_is_told_apart() -> None:
+    """Average pooling reads x[(i*s + p) * w + (j*s + q)]: q steps one element, p a row."""
+    assert interchange_stride_gain(naive("avg_pool2d"), "L3") == -1

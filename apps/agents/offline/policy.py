@@ -4,13 +4,14 @@ memory. No model, no network.
 Each iteration it lists what it could do to the incumbent (every source transformation that
 applies, another thread count, another allowed flag set), drops what it already tried on this
 incumbent and any kernel this operator already ran (a loop interchanged back to its parent's
-order), puts last the other parameters of a strategy already tried on the same loop and what
-did not pay on this very source under other flags, puts first a lowering to the packed GEMM
-that no retrieved case weighs against, and scores the rest: a fixed prior
-(what usually pays on CPUs first, with the float-reordering flags after the parallel loop on
-kernels with no math to vectorize) plus the evidence memory brought back. Each retrieved case
-speaks for the strategy it tried (for flags, for the set it added), with its gain (ln of its
-speedup over its parent; -1 when it broke correctness or did not compile),
+order), puts last the other parameters of a strategy already tried on the same loop, what
+did not pay on this very source under other flags and what a compiler's cost model turns down
+(an interchange or a tile that walks memory worse), puts first a lowering to the packed GEMM
+that no retrieved case weighs against, and scores the rest: a fixed prior (what usually pays
+on CPUs first, with the float-reordering flags after the parallel loop on kernels with no math
+to vectorize) plus the evidence memory brought back. Each retrieved case speaks for the
+strategy it tried (for flags, for the set it added), with its gain (ln of its speedup over its
+parent; -1 when it broke correctness or did not compile),
 weighted by how relevant it is: its retrieval similarity, times the overlap of the kernel
 features (apps/agents/offline/features.py) of the kernel it changed and of the incumbent,
 halved for another family of operator. Per strategy the evidence is the weighted mean gain,
@@ -48,7 +49,9 @@ from apps.agents.offline.transforms import (
     TransformError,
     applicable,
     apply,
+    interchange_stride_gain,
     strategy_from_label,
+    tile_walks_in_order,
 )
 from apps.agents.policy import FAILED_OUTCOMES, Candidate, Proposal, Situation, Tools
 from apps.memory.keys import id_in_key
@@ -125,7 +128,9 @@ class OfflineSearchPolicy:
                             "has been tried or makes a kernel already run")  # fmt: skip
         evidence = gather_evidence(situation)
         worn = worn_moves(situation)
+        source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
+            not walks_memory_worse(c.strategy, source),
             move_key(c.strategy) not in worn and c.strategy not in situation.lost,
             makes_a_lowering_memory_does_not_fault(c, evidence),
             *score_key(c, evidence, situation.seed, order, replays),
@@ -150,6 +155,21 @@ def makes_a_lowering_memory_does_not_fault(candidate: Candidate,
     avg_pool2d's 1.7x interchange kept conv2d from its im2col_gemm for four rounds."""
     lowerings = {move_of(step) for step in steps_of(candidate.strategy)} & set(LOWERINGS)
     return bool(lowerings) and all(evidence_for(move, evidence) >= 0 for move in lowerings)
+
+
+def walks_memory_worse(label: str, source: str) -> bool:
+    """Whether a compiler's cost model would turn `label` down on `source`: an interchange that
+    leaves the innermost loop walking fewer arrays element by element
+    (transforms.interchange_stride_gain; attention's sum over values turned to run over keys
+    made the kernel 2x slower, the first round of every attention session), or a tile of a
+    nest that walks memory in order already (transforms.tile_walks_in_order; tiled, the same
+    sum ran 1.2x slower). Such a move comes after everything else that applies, even the
+    moves worn out here: the evaluator still decides, if rounds are left."""
+    name, loop = strategy_name(label), label_params(first_line(label)).get("loop", "")
+    if name == "interchange":
+        gain = interchange_stride_gain(source, loop)
+        return gain is not None and gain < 0
+    return name == "tile" and tile_walks_in_order(source, loop)
 
 
 def worn_moves(situation: Situation) -> set[tuple[str, str]]:

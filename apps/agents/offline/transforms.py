@@ -260,6 +260,84 @@ def applicable(source: str) -> list[Strategy]:
     return found
 
 
+def interchange_stride_gain(source: str, loop_id: str) -> int | None:
+    """How many more array subscripts in the body of `loop_id`'s perfect child step one element
+    with the loop that runs inside after interchanging the two than before. A naive GEMM's
+    i-j-p order reads B down a column in p; i-p-j reads B and C along rows: +1. Attention's
+    `for j for e: acc[e] += p[j] * v[j*d + e]` turned to run j inside walks p alone where it
+    walked acc and v: -1; a GEMM's i and j swapped write C down its columns: -2. None when
+    `loop_id` has no perfect child, or the source does not parse. A compiler's cost model,
+    not a verdict: the evaluator still decides."""
+    nest = _perfect_pair(source, loop_id)
+    if nest is None:
+        return None
+    return sum(_steps_one(index, nest.outer_var) - _steps_one(index, nest.inner_var)
+               for index in _subscripts(nest.inner))  # fmt: skip
+
+
+def tile_walks_in_order(source: str, loop_id: str) -> bool:
+    """Whether tiling `loop_id` with its perfect, innermost child would cut up a nest that
+    already walks memory in order: every subscript in the child's body steps one element with
+    the child's variable or does not move with it. Tiles pay where an array is read across
+    the inner loop (a transpose writes down a column); here they only shorten the inner loop
+    (attention's sum over values, tiled, ran 1.2x slower)."""
+    nest = _perfect_pair(source, loop_id)
+    if nest is None or nest.inner.info.children:
+        return False
+    indices, var = _subscripts(nest.inner), nest.inner_var
+    return bool(indices) and all(_steps_one(index, var) or var not in identifiers(index)
+                                 for index in indices)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Pair:
+    outer: _Loop
+    outer_var: str
+    inner: _Loop
+    inner_var: str
+
+
+def _perfect_pair(source: str, loop_id: str) -> _Pair | None:
+    """`loop_id` and its perfect child, when both are canonical."""
+    try:
+        kernel = _analyse(source)
+    except TransformError:
+        return None
+    outer = kernel.by_id(loop_id)
+    inner = kernel.by_id(outer.info.perfect_child) if outer is not None else None
+    if outer is None or inner is None or outer.header is None or inner.header is None:
+        return None
+    return _Pair(outer, outer.header.var, inner, inner.header.var)
+
+
+def _subscripts(loop: _Loop) -> list[Node]:
+    """The index expressions of every `a[index]` in the loop's body."""
+    body = field(loop.node, "body")
+    if body is None:
+        return []
+    found = (field(node, "index") for node in walk(body) if node.type == "subscript_expression")
+    return [index for index in found if index is not None]
+
+
+def _steps_one(index: Node, var: str) -> bool:
+    """Whether `index` is `var` plus terms without it: `a[i*n + j]` steps one element with j,
+    `x[(i*s + p) * w + q]` with q, not with p (a row at a time)."""
+    terms = list(_added_terms(index))
+    moving = [(term, sign) for term, sign in terms if var in identifiers(term)]
+    return len(moving) == 1 and moving[0][1] > 0 and text(moving[0][0]) == var
+
+
+def _added_terms(node: Node, sign: int = 1) -> Iterator[tuple[Node, int]]:
+    """The terms of a sum, through parentheses, each with its sign."""
+    node = strip_parens(node)
+    left, right = field(node, "left"), field(node, "right")
+    if node.type == "binary_expression" and operator(node) in "+-" and left and right:
+        yield from _added_terms(left, sign)
+        yield from _added_terms(right, sign if operator(node) == "+" else -sign)
+    else:
+        yield node, sign
+
+
 def apply(strategy: Strategy, source: str) -> str:
     """`source` transformed by `strategy`; TransformError when it does not apply."""
     transform = _TRANSFORMS.get(strategy.name)
