@@ -331,7 +331,7 @@ def _added_terms(node: Node, sign: int = 1) -> Iterator[tuple[Node, int]]:
     """The terms of a sum, through parentheses, each with its sign."""
     node = strip_parens(node)
     left, right = field(node, "left"), field(node, "right")
-    if node.type == "binary_expression" and operator(node) in "+-" and left and right:
+    if node.type == "binary_expression" and operator(node) in ("+", "-") and left and right:
         yield from _added_terms(left, sign)
         yield from _added_terms(right, sign if operator(node) == "+" else -sign)
     else:
