@@ -165,11 +165,11 @@ def walks_memory_worse(label: str, source: str) -> bool:
     nest that walks memory in order already (transforms.tile_walks_in_order; tiled, the same
     sum ran 1.2x slower). Such a move comes after everything else that applies, even the
     moves worn out here: the evaluator still decides, if rounds are left."""
-    name, loop = strategy_name(label), label_params(first_line(label)).get("loop", "")
-    if name == "interchange":
+    move, loop = move_key(label)
+    if move == "interchange":
         gain = interchange_stride_gain(source, loop)
         return gain is not None and gain < 0
-    return name == "tile" and tile_walks_in_order(source, loop)
+    return move == "tile" and tile_walks_in_order(source, loop)
 
 
 def worn_moves(situation: Situation) -> set[tuple[str, str]]:
