@@ -95,7 +95,36 @@ def forget_dead_handles(pgdata: Path) -> None:
             pids = json.loads(handles.read_text())
         except (OSError, ValueError):
             pids = []
-        handles.write_text(json.dumps([pid for pid in pids if psutil.pid_exists(pid)]))
+        handles.write_text(json.dumps([pid for pid in pids if _is_running(pid)]))
+
+
+def other_users(data_dir: str) -> list[str]:
+    """The processes besides this one that keep the embedded server up, as "pid (command)"."""
+    from pgserver.postgres_server import PostgresServer
+
+    handles = Path(data_dir) / "pgdata" / ".handle_pids.json"
+    with PostgresServer._lock:
+        try:
+            pids = json.loads(handles.read_text())
+        except (OSError, ValueError):
+            return []
+    return [_describe(pid) for pid in pids if pid != os.getpid() and _is_running(pid)]
+
+
+def _is_running(pid: int) -> bool:
+    """A zombie has exited: only its parent has not collected it yet."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _describe(pid: int) -> str:
+    try:
+        command = " ".join(psutil.Process(pid).cmdline()[:4])
+    except psutil.Error:
+        command = "exited"
+    return f"{pid} ({command})"
 
 
 def _is_postgres_process(pid: int) -> bool:

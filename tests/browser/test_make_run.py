@@ -90,7 +90,11 @@ def assert_embedded_postgres_stopped(data_dir: Path, run: MakeRun) -> None:
     deadline = time.monotonic() + 10
     while pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not pid_file.exists(), f"embedded PostgreSQL still running ({pid_file}):\n{run.output}"
+    handles = pid_file.with_name(".handle_pids.json")
+    users = handles.read_text() if handles.exists() else "(none)"
+    assert not pid_file.exists(), (
+        f"embedded PostgreSQL still running ({pid_file}), users listed: {users}:\n{run.output}"
+    )
 
 
 def start_and_log_in(

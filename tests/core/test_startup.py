@@ -119,6 +119,38 @@ def test_handles_of_killed_processes_are_forgotten(tmp_path: Path) -> None:
     assert (tmp_path / ".handle_pids.json").read_text() == f"[{os.getpid()}]"
 
 
+def test_a_user_that_exited_but_was_not_collected_is_forgotten(tmp_path: Path) -> None:
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_until_zombie(zombie.pid)
+    (tmp_path / ".handle_pids.json").write_text(f"[{os.getpid()}, {zombie.pid}]")
+    embedded_db.forget_dead_handles(tmp_path)
+    assert (tmp_path / ".handle_pids.json").read_text() == f"[{os.getpid()}]"
+    zombie.wait()
+
+
+def test_the_other_live_users_of_the_database_are_named(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        try:
+            pgdata = tmp_path / "pgdata"
+            pgdata.mkdir()
+            (pgdata / ".handle_pids.json").write_text(f"[{os.getpid()}, {dead.pid}, {live.pid}]")
+            assert embedded_db.other_users(str(tmp_path)) == [
+                f"{live.pid} ({sys.executable} -c import time; time.sleep(60))"
+            ]
+        finally:
+            live.kill()
+
+
+def wait_until_zombie(pid: int) -> None:
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"process {pid} did not exit"
+        time.sleep(0.05)
+
+
 START_THE_EMBEDDED_SERVER = (
     "import sys; from kope_web import embedded_db; "
     "print(embedded_db.socket_dir(sys.argv[1], 'kope_startup_check'))"

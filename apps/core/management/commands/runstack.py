@@ -16,15 +16,18 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import psutil
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from apps.devices.workers import known_queues
+from kope_web import embedded_db
 
 READY_TIMEOUT_S = 90
 STOP_GRACE_S = 15
+KILL_WAIT_S = 5
 PR_SET_PDEATHSIG = 1
 
 
@@ -68,7 +71,21 @@ class Command(BaseCommand):
             stop_all(children)
             with contextlib.suppress(Exception):  # a connection cut off mid-query
                 connection.close()
+            self.say_who_keeps_the_database_up()
         self.say("Stopped.")
+
+    def say_who_keeps_the_database_up(self) -> None:
+        """The embedded server stops when its last user exits: this process, unless another
+        one (a `manage.py shell`, a second checkout's worker) still uses the same data dir."""
+        if not settings.EMBEDDED_DATABASE:
+            return
+        others = embedded_db.other_users(str(settings.DATA_DIR))
+        if others:
+            self.say(
+                f"The embedded database keeps running for {len(others)} other "
+                f"process(es) using {settings.DATA_DIR}: {', '.join(others)}. "
+                "It stops when the last of them exits."
+            )
 
     def say(self, message: str) -> None:
         self.stdout.write(message)
@@ -168,14 +185,30 @@ def describe(child: subprocess.Popen[bytes]) -> str:
     return f"{' '.join(args[1:4])} (exit code {child.returncode})"
 
 
-def stop_all(children: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(children: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to each child, then wait for it and for everything it started (a Celery
+    worker's pool processes, a kernel's sandbox) up to the grace period; kill what is left.
+    A pool process that outlived its worker would still be counted as a database user."""
+    family = [process for child in children for process in descendants(child)]
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
+    deadline = time.monotonic() + grace_s
     for child in children:
         try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+    _, left = psutil.wait_procs(family, timeout=max(0.1, deadline - time.monotonic()))
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(left, timeout=KILL_WAIT_S)
+
+
+def descendants(child: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(child.pid).children(recursive=True))
+    except psutil.Error:
+        return []
