@@ -253,3 +253,14 @@ def test_what_walks_memory_worse_comes_last(team: Team) -> None:
     assert attention[-4:] == ["interchange(loop=L6)", "tile(loop=L6, size=32)",
                               "tile(loop=L6, size=64)", "tile(loop=L6, size=16)"]  # fmt: skip
     assert causal[-1] == "interchange(loop=L6)"
+
+
+def test_a_tile_that_reads_nothing_twice_comes_last(team: Team) -> None:
+    """avg_pool2d reads each window once: its output rows tiled ran 2x slower, and were the
+    first round of its session with memory off (the prior ranks tiles before threads)."""
+    pooling = [c.strategy for c in every_proposal(situation(team, "avg_pool2d", "pooling", []))]
+    tiles = [label for label in pooling if label.startswith("tile(")]
+
+    assert pooling[0] == "flags(set=fast_math)"
+    assert tiles and pooling[-len(tiles) :] == tiles
+    assert pooling.index("omp_parallel_for(loop=L0, schedule=static)") < pooling.index(tiles[0])

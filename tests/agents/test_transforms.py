@@ -27,6 +27,7 @@ from apps.agents.offline.transforms import (
     interchange_stride_gain,
     loops,
     strategy_from_label,
+    tile_finds_no_reuse,
     tile_walks_in_order,
 )
 from apps.devices.cpu_c.harness import Call, load_kernel
@@ -754,6 +755,17 @@ def test_a_tile_of_a_nest_that_walks_memory_in_order_is_told_apart() -> None:
     assert tile_walks_in_order(naive("avg_pool2d"), "L3")
     assert not tile_walks_in_order(naive("avg_pool2d"), "L1")  # its child is not innermost
     assert not tile_walks_in_order("not C at all {", "L0")
+
+
+def test_a_tile_that_reads_nothing_twice_is_told_apart() -> None:
+    """A GEMM reads a row of A again for every column j; a transpose reads along i while it
+    writes down a column in j; average pooling reads each window once, in both tiled loops."""
+    assert not tile_finds_no_reuse(naive("gemm"), "L0")
+    assert not tile_finds_no_reuse(naive("transpose_2d"), "L0")
+    assert not tile_finds_no_reuse(naive("attention"), "L6")  # acc[e] again for every key
+    assert tile_finds_no_reuse(naive("avg_pool2d"), "L1")
+    assert not tile_finds_no_reuse(naive("avg_pool2d"), "L9")
+    assert not tile_finds_no_reuse("not C at all {", "L0")
 
 
 def test_an_interchange_of_a_window_that_walks_rows_is_told_apart() -> None:

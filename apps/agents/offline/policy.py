@@ -51,6 +51,7 @@ from apps.agents.offline.transforms import (
     apply,
     interchange_stride_gain,
     strategy_from_label,
+    tile_finds_no_reuse,
     tile_walks_in_order,
 )
 from apps.agents.policy import FAILED_OUTCOMES, Candidate, Proposal, Situation, Tools
@@ -163,13 +164,17 @@ def walks_memory_worse(label: str, source: str) -> bool:
     (transforms.interchange_stride_gain; attention's sum over values turned to run over keys
     made the kernel 2x slower, the first round of every attention session), or a tile of a
     nest that walks memory in order already (transforms.tile_walks_in_order; tiled, the same
-    sum ran 1.2x slower). Such a move comes after everything else that applies, even the
-    moves worn out here: the evaluator still decides, if rounds are left."""
+    sum ran 1.2x slower) or that reads nothing twice (transforms.tile_finds_no_reuse;
+    avg_pool2d's output rows, tiled, ran 2x slower). Such a move comes after everything else
+    that applies, even the moves worn out here: the evaluator still decides, if rounds are
+    left."""
     move, loop = move_key(label)
     if move == "interchange":
         gain = interchange_stride_gain(source, loop)
         return gain is not None and gain < 0
-    return move == "tile" and tile_walks_in_order(source, loop)
+    return move == "tile" and (
+        tile_walks_in_order(source, loop) or tile_finds_no_reuse(source, loop)
+    )
 
 
 def worn_moves(situation: Situation) -> set[tuple[str, str]]:
