@@ -87,14 +87,11 @@ def forget_dead_handles(pgdata: Path) -> None:
     """
     from pgserver.postgres_server import PostgresServer
 
-    handles = pgdata / ".handle_pids.json"
+    handles = _handles_file(pgdata)
     with PostgresServer._lock:
         if not handles.exists():
             return
-        try:
-            pids = json.loads(handles.read_text())
-        except (OSError, ValueError):
-            pids = []
+        pids = _listed_users(handles)
         handles.write_text(json.dumps([pid for pid in pids if _is_running(pid)]))
 
 
@@ -102,13 +99,21 @@ def other_users(data_dir: str) -> list[str]:
     """The processes besides this one that keep the embedded server up, as "pid (command)"."""
     from pgserver.postgres_server import PostgresServer
 
-    handles = Path(data_dir) / "pgdata" / ".handle_pids.json"
     with PostgresServer._lock:
-        try:
-            pids = json.loads(handles.read_text())
-        except (OSError, ValueError):
-            return []
+        pids = _listed_users(_handles_file(Path(data_dir) / "pgdata"))
     return [_describe(pid) for pid in pids if pid != os.getpid() and _is_running(pid)]
+
+
+def _handles_file(pgdata: Path) -> Path:
+    return pgdata / ".handle_pids.json"
+
+
+def _listed_users(handles: Path) -> list[int]:
+    """pgserver's list of the pids using the server; none when it is missing or unreadable."""
+    try:
+        return list(json.loads(handles.read_text()))
+    except (OSError, ValueError):
+        return []
 
 
 def _is_running(pid: int) -> bool:

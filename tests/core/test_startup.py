@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from kope_web import embedded_db
@@ -144,9 +145,8 @@ def test_the_other_live_users_of_the_database_are_named(tmp_path: Path) -> None:
 
 
 def wait_until_zombie(pid: int) -> None:
-    stat = Path(f"/proc/{pid}/stat")
-    deadline = time.monotonic() + 10
-    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    process, deadline = psutil.Process(pid), time.monotonic() + 10
+    while process.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"process {pid} did not exit"
         time.sleep(0.05)
 
