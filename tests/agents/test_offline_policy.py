@@ -109,6 +109,13 @@ def test_a_convolution_is_lowered_to_a_gemm_first(team: Team) -> None:
     )
 
 
+def test_attention_s_scores_are_computed_by_a_gemm_first(team: Team) -> None:
+    for slug in ("attention", "causal_attention"):
+        assert first_move(situation(team, slug, "attention", [])) == (
+            "dots_by_gemm(kc=512, loop=L2)"
+        )
+
+
 def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_set() -> None:
     assert move_of("flags(set=unroll_loops)") == "flags(set=unroll_loops)"
     assert move_of("tile(loop=L2, size=32)") == "tile"
@@ -183,15 +190,16 @@ def test_a_flag_set_that_another_one_includes_is_not_offered() -> None:
 
 
 def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) -> None:
-    """After -ffast-math, with interchange and a tile of 32 lost on the start: each of its
-    three accumulators is a round, the private parallel region is 2x on two cores."""
+    """After its scores' GEMM and -ffast-math, with interchange and a tile of 32 lost: each of
+    its accumulators is a round, the private parallel region is 2x on two cores."""
     start = situation(team, "attention", "attention", [])
     assert start.incumbent is not None
-    fast = replace(start.incumbent.candidate, strategy="flags(set=fast_math)",
-                   flags=("-ffast-math",))  # fmt: skip
+    scores_by_gemm = apply(strategy_from_label("dots_by_gemm(kc=512, loop=L2)"),
+                           naive("attention"))  # fmt: skip
+    fast = Candidate(scores_by_gemm, "flags(set=fast_math)", ("-ffast-math",))
     after_fast_math = replace(
         start, incumbent=replace(start.incumbent, candidate=fast),
-        lost=frozenset({"interchange(loop=L6)", "tile(loop=L6, size=32)"}),
+        lost=frozenset({"interchange(loop=L5)", "tile(loop=L5, size=32)"}),
     )  # fmt: skip
 
     assert first_move(after_fast_math) == "omp_parallel_private(loop=L0)"
@@ -243,15 +251,20 @@ def test_a_lowering_comes_before_what_memory_says_of_lesser_moves(team: Team) ->
 def test_what_walks_memory_worse_comes_last(team: Team) -> None:
     """Attention's `for j for e: acc[e] += p[j] * v[j*d + e]` interchanged runs j innermost,
     down v's columns (2x slower); tiled, it only runs shorter inner loops (1.2x slower). Each
-    was the first round of an attention session. (Causal attention's j stops at i: no tile.)"""
+    was the first round of an attention session. (Causal attention's j stops at i: no tile.)
+    Its scores' GEMM comes first; the GEMM's other slabs, worn then, come after the fresh
+    moves but before these."""
     attention = [c.strategy for c in every_proposal(situation(team, "attention", "attention",
                                                               []))]  # fmt: skip
     causal = [c.strategy for c in every_proposal(situation(team, "causal_attention", "attention",
                                                            []))]  # fmt: skip
 
-    assert attention[0] == causal[0] == "flags(set=fast_math)"
+    assert attention[:2] == causal[:2] == ["dots_by_gemm(kc=512, loop=L2)",
+                                           "flags(set=fast_math)"]  # fmt: skip
     assert attention[-4:] == ["interchange(loop=L6)", "tile(loop=L6, size=32)",
                               "tile(loop=L6, size=64)", "tile(loop=L6, size=16)"]  # fmt: skip
+    worn = attention.index("dots_by_gemm(kc=128, loop=L2)")
+    assert attention.index("omp_parallel_private(loop=L0)") < worn < len(attention) - 4
     assert causal[-1] == "interchange(loop=L6)"
 
 

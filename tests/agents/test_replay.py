@@ -17,8 +17,9 @@ from apps.operators.builtin_suite import read_builtin_suite
 from apps.runs.models import OptimizationSession
 from tests.factories import stored_builtin
 
-ATTENTION_PATH = ["flags(set=fast_math)", "float_accumulator(loop=L3)",
-                  "omp_parallel_private(loop=L0)"]  # fmt: skip
+ATTENTION_PATH = ["dots_by_gemm(kc=512, loop=L2)", "flags(set=fast_math)",
+                  "float_accumulator(loop=L3)", "omp_parallel_private(loop=L0)"]  # fmt: skip
+LOWERED = "dots_by_gemm(kc=512, loop=L2)"  # attention's scores by one GEMM, its first round
 
 
 def naive(slug: str) -> str:
@@ -65,17 +66,25 @@ def hit(case_id: int) -> Hit:
 def attention_tree(team: Team) -> tuple[Tree, int]:
     """attention's path to its best kernel, and a regressed try off it (the retrieved one)."""
     tree = Tree(team, "attention")
-    tree.grow(ATTENTION_PATH[0], 2.4)
-    off_path = tree.grow("interchange(loop=L6)", 0.5)
-    tree.grow(ATTENTION_PATH[1], 1.06)
-    tree.grow(ATTENTION_PATH[2], 4.0)
+    tree.grow(ATTENTION_PATH[0], 2.5)
+    tree.grow(ATTENTION_PATH[1], 2.4)
+    off_path = tree.grow("interchange(loop=L5)", 0.5)
+    tree.grow(ATTENTION_PATH[2], 1.06)
+    tree.grow(ATTENTION_PATH[3], 4.0)
     return tree, off_path
 
 
-def at_start_of(team: Team, slug: str, retrieved: list[Hit]) -> Situation:
+def lowered(slug: str) -> str:
+    """The kernel after its first round, which lowers the scores to a GEMM (a lowering not
+    made does not let a path that lacks it be replayed)."""
+    return apply(strategy_from_label(LOWERED), naive(slug))
+
+
+def at_start_of(team: Team, slug: str, retrieved: list[Hit], start: str = "") -> Situation:
+    """The first round of `slug`, on its naive kernel or on `start` as if it were that."""
     here = Tree(team, slug)
-    incumbent = Attempt(here.start, Candidate(naive(slug), "starting kernel"), "no_change",
-                        True, 100.0, "")  # fmt: skip
+    incumbent = Attempt(here.start, Candidate(start or naive(slug), "starting kernel"),
+                        "no_change", True, 100.0, "")  # fmt: skip
     brief = OperatorBrief(slug, slug, "attention", "", here.version.pk, 1e-3, 1e-3)
     return Situation(session_id=here.session.pk, team_id=team.pk, target="cpu-c",
                      operator=brief, stage="optimization", iteration=1, rounds_left=4,
@@ -95,8 +104,9 @@ def test_a_similar_operator_s_path_is_replayed_on_the_start_as_one_candidate(tea
     proposal = propose(at_start_of(team, "causal_attention", [hit(retrieved)]))
 
     expected = naive("causal_attention")
-    for step in ATTENTION_PATH[1:]:
-        expected = apply(strategy_from_label(step), expected)
+    for step in ATTENTION_PATH:
+        if not step.startswith("flags("):
+            expected = apply(strategy_from_label(step), expected)
     candidate = proposal.candidate
     assert candidate is not None
     assert candidate.strategy == replay_label(tree.incumbent, ATTENTION_PATH)
@@ -105,7 +115,7 @@ def test_a_similar_operator_s_path_is_replayed_on_the_start_as_one_candidate(tea
     assert candidate.threads == (os.cpu_count() or 1)
     assert [a["key"] for a in proposal.adopted] == [f"case:{retrieved}"]
     assert "attention's best kernel" in proposal.adopted[0]["why"]
-    assert "the 3 steps that apply here gained 10.18x there" in proposal.adopted[0]["why"]
+    assert "the 4 steps that apply here gained 25.44x there" in proposal.adopted[0]["why"]
 
 
 def test_a_path_is_only_replayed_from_the_start(team: Team) -> None:
@@ -122,33 +132,45 @@ def test_a_path_is_only_replayed_from_the_start(team: Team) -> None:
 
 
 def test_steps_that_do_not_apply_here_are_left_out_and_one_step_is_no_replay(team: Team) -> None:
-    """attention's tile of loop L6 has no loop to tile in causal_attention; a flag set that
-    broke this operator is not replayed either."""
+    """attention's tile of loop L5 (over values, after the lowering) has no loop to tile in
+    causal_attention, whose keys stop at the query; a flag set that broke this operator is not
+    replayed either."""
     tree = Tree(team, "attention")
-    tree.grow("tile(loop=L6, size=32)", 1.5)
+    tree.grow(LOWERED, 2.0)
+    tree.grow("tile(loop=L5, size=32)", 1.5)
     tree.grow("flags(set=fast_math)", 2.0)
     best = tree.grow("float_accumulator(loop=L3)", 1.2)
     causal = at_start_of(team, "causal_attention", [hit(best)])
 
     proposal = propose(causal)
     assert proposal.candidate is not None
-    assert steps_of(proposal.candidate.strategy) == ["flags(set=fast_math)",
-                                                     "float_accumulator(loop=L3)"]  # fmt: skip
-    assert "2 steps that apply here gained 2.40x there" in proposal.adopted[0]["why"]
+    assert steps_of(proposal.candidate.strategy) == [
+        LOWERED,
+        "flags(set=fast_math)",
+        "float_accumulator(loop=L3)",
+    ]
+    assert "3 steps that apply here gained 4.80x there" in proposal.adopted[0]["why"]
 
     fast_math_broke = replace(causal, broke=frozenset({"flags(set=fast_math)"}))
     candidate = propose(fast_math_broke).candidate
-    assert candidate is not None and not candidate.strategy.startswith("replay(")
+    assert candidate is not None
+    assert steps_of(candidate.strategy) == [LOWERED, "float_accumulator(loop=L3)"]
+
+    only_the_tile_left = Tree(team, "attention")
+    only_the_tile_left.grow(LOWERED, 2.0)
+    tiled = only_the_tile_left.grow("tile(loop=L5, size=32)", 1.5)
+    candidate = propose(at_start_of(team, "causal_attention", [hit(tiled)])).candidate
+    assert candidate is not None and candidate.strategy == LOWERED  # one step: no replay
 
 
 def test_a_path_through_a_replayed_kernel_lists_the_steps_it_applied(team: Team) -> None:
     tree = Tree(team, "causal_attention")
-    tree.grow(replay_label(1, ATTENTION_PATH[:2]), 2.5)
-    best = tree.grow(ATTENTION_PATH[2], 1.9)
+    tree.grow(replay_label(1, ATTENTION_PATH[1:3]), 2.5)
+    best = tree.grow(ATTENTION_PATH[3], 1.9)
 
     [path] = paths([hit(best)], session_id=0, version_id=0)
 
-    assert [step.label for step in path.steps] == ATTENTION_PATH
+    assert [step.label for step in path.steps] == ATTENTION_PATH[1:]
     assert [round(step.gain, 3) for step in path.steps] == [0.458, 0.458, 0.642]  # ln 2.5 / 2
     assert path.best_case_id == best and path.operator == "causal_attention"
     assert round(path.speedup, 2) == 4.75
@@ -186,13 +208,14 @@ def test_a_parallel_step_becomes_the_private_region_where_the_loop_uses_scratch_
     tree.grow("flags(set=fast_math)", 2.0)
     best = tree.grow("omp_parallel_for(loop=L0, schedule=static)", 1.8)
 
-    candidate = propose(at_start_of(team, "attention", [hit(best)])).candidate
+    attention = at_start_of(team, "attention", [hit(best)], start=lowered("attention"))
+    candidate = propose(attention).candidate
 
     assert candidate is not None
     assert steps_of(candidate.strategy) == ["flags(set=fast_math)",
                                             "omp_parallel_private(loop=L0)"]  # fmt: skip
     assert candidate.source == apply(strategy_from_label("omp_parallel_private(loop=L0)"),
-                                     naive("attention"))  # fmt: skip
+                                     lowered("attention"))  # fmt: skip
 
 
 def test_a_step_on_a_loop_lands_on_the_loop_that_plays_its_role_here_or_nowhere(
@@ -200,14 +223,16 @@ def test_a_step_on_a_loop_lands_on_the_loop_that_plays_its_role_here_or_nowhere(
 ) -> None:
     """scaled_softmax's L2 sums exponentials in float after its float accumulator. layernorm's
     L2 sums squares (the accumulator alone made it 4.5x slower in a suite run) and no loop of
-    it sums a math call: the step is left out. attention sums exponentials in its L4."""
+    it sums a math call: the step is left out. attention sums exponentials in its L3 (after
+    its scores were lowered to a GEMM)."""
     tree = Tree(team, "scaled_softmax")
     tree.grow("flags(set=fast_math)", 2.5)
     tree.grow("omp_parallel_for(loop=L0, schedule=static)", 4.0)
     best = tree.grow("float_accumulator(loop=L2)", 1.06)
 
     layernorm = propose(at_start_of(team, "layernorm", [hit(best)])).candidate
-    attention = propose(at_start_of(team, "attention", [hit(best)])).candidate
+    attention = propose(at_start_of(team, "attention", [hit(best)],
+                                    start=lowered("attention"))).candidate  # fmt: skip
 
     assert layernorm is not None and attention is not None
     assert steps_of(layernorm.strategy) == [
@@ -216,8 +241,8 @@ def test_a_step_on_a_loop_lands_on_the_loop_that_plays_its_role_here_or_nowhere(
     ]
     assert steps_of(attention.strategy) == ["flags(set=fast_math)",
                                             "omp_parallel_private(loop=L0)",
-                                            "float_accumulator(loop=L4)"]  # fmt: skip
-    expected = naive("attention")
+                                            "float_accumulator(loop=L3)"]  # fmt: skip
+    expected = lowered("attention")
     for step in steps_of(attention.strategy)[1:]:
         expected = apply(strategy_from_label(step), expected)
     assert attention.source == expected

@@ -42,7 +42,7 @@ STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 # Strategies that never change what a kernel computes (beyond rounding).
 LEGAL = {
     "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
-    "unroll", "packed_gemm", "im2col_gemm",
+    "unroll", "packed_gemm", "im2col_gemm", "dots_by_gemm",
 }  # fmt: skip
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -320,6 +320,57 @@ def test_im2col_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
         apply(make("im2col_gemm", loop="L13", kc=512), lowered)
 
 
+def test_dots_by_gemm_computes_the_scores_of_every_row_first() -> None:
+    for operator in ("attention", "causal_attention"):
+        offered = [s.label() for s in strategies_for(operator) if s.name == "dots_by_gemm"]
+        assert offered == [f"dots_by_gemm(kc={kc}, loop=L2)" for kc in (128, 256, 512)]
+    result = apply(make("dots_by_gemm", loop="L2", kc=256), naive("attention"))
+    lowered, fallback = result[result.index("int kope_kernel(") :].split("} else {")
+    assert "kope_scratch(5, (size_t)sq * (size_t)skv + 1, &kope_held);" in lowered
+    assert "kope_packed_gemm(sq, skv, d, qh, d, 1, kh, 1, d, kope_dots, skv, 256);" in lowered
+    assert "double dot = kope_dots[i * skv + j];\n" in lowered
+    assert "dot +=" not in lowered.split("kope_dots[i * skv + j]")[1]
+    assert "dot += (double)qh[i * d + e] * kh[j * d + e];" in fallback  # no memory: as it was
+    assert "kope_scratch_done(5, kope_dots, kope_held);" in fallback
+    causal = apply(make("dots_by_gemm", loop="L2", kc=128), naive("causal_attention"))
+    # row i reads keys 0..i: the GEMM computes every row against all s keys
+    assert "kope_packed_gemm(s, s, d, qh, d, 1, kh, 1, d, kope_dots, s, 128);" in causal
+    assert "double dot = kope_dots[i * s + j];" in causal
+
+
+def test_dots_by_gemm_refuses_what_is_not_a_row_of_dot_products() -> None:
+    shapes = {
+        "one scalar set to 0": ("double dot = 0.0;", "double dot = 1.0;"),
+        "not one `dot += ...;`": ("dot += (double)qh", "dot -= (double)qh"),
+        "dot changes after its sum": ("p[j] = dot * scale;", "p[j] = dot *= scale;"),
+        "not a product of float matrices": ("kh[j * d + e];", "kh[e];"),
+        "neither to a bound of its own nor to i inclusive": (
+            "for (int64_t j = 0; j < skv; ++j) {\n                double dot",
+            "for (int64_t j = 0; j <= skv; ++j) {\n                double dot",
+        ),
+        "qh change inside L1": ("p[j] = dot * scale;", "p[j] = dot * scale; qh = k;"),
+        "do not all run": ("for (int64_t e = 0; e < d; ++e) {\n                    dot",
+                           "for (int64_t e = 1; e < d; ++e) {\n                    dot"),
+    }  # fmt: skip
+    assert_each_refused(make("dots_by_gemm", loop="L2", kc=128), naive("attention"), shapes,
+                        where="dots_by_gemm: loop L2 (line 32)")  # fmt: skip
+    with pytest.raises(TransformError, match="not inside a loop over rows"):
+        apply(make("dots_by_gemm", loop="L0", kc=128), naive("attention"))
+    with pytest.raises(TransformError, match="packed_gemm lowers such a nest"):
+        apply(make("dots_by_gemm", loop="L1", kc=128), naive("gemm"))
+    parallel = apply(make("omp_parallel_private", loop="L0"), naive("attention"))
+    with pytest.raises(TransformError, match="which has an omp pragma"):
+        apply(make("dots_by_gemm", loop="L2", kc=128), parallel)
+
+
+def test_dots_by_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
+    lowered = apply(make("dots_by_gemm", loop="L2", kc=512), naive("attention"))
+
+    assert not [s for s in applicable(lowered) if s.name == "dots_by_gemm"]
+    with pytest.raises(TransformError, match=r"loop L10 .* is the fallback of a lowering"):
+        apply(make("dots_by_gemm", loop="L10", kc=512), lowered)
+
+
 def test_omp_parallel_private_gives_each_thread_its_own_scratch_buffers() -> None:
     for operator in ("attention", "causal_attention"):
         offered = [s.label() for s in strategies_for(operator) if s.name == "omp_parallel_private"]
@@ -542,6 +593,18 @@ PROBLEMS = {
         lambda rng: [floats(rng, 2, 3, 9, 8), floats(rng, 4, 3, 3, 2), floats(rng, 4)],
         like(2, 4, 5, 5),
         (2.0, 1.0),
+    ),
+    # more keys than queries, neither a multiple of the GEMM's tile
+    "attention": Problem(
+        lambda rng: [
+            floats(rng, 2, 1, 9, 13),
+            floats(rng, 2, 1, 11, 13),
+            floats(rng, 2, 1, 11, 13),
+        ],
+        like(2, 1, 9, 13),
+    ),
+    "causal_attention": Problem(
+        lambda rng: [floats(rng, 1, 2, 9, 13) for _ in range(3)], like(1, 2, 9, 13)
     ),
 }
 CHAINS = {

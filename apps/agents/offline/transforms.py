@@ -141,6 +141,12 @@ SOURCE_STRATEGIES: dict[str, str] = {
         "skips), W packed one row per o, the packed GEMM of the two (kc: 128, 256 or 512), "
         "then what the nest did with each sum, over the results."
     ),
+    "dots_by_gemm": (
+        "Compute a row loop's dot products first, as one GEMM: `for i { ...; for j { acc = 0; "
+        "for p acc += A[i,p] * B[p,j]; ...acc... } ... }` (attention's scores; j up to a "
+        "fixed bound, or to i inclusive) becomes the packed GEMM of all rows i and columns j "
+        "into a buffer (kc: 128, 256 or 512), then the row loop reading each sum from it."
+    ),
 }
 
 SCHEDULES = ("static", "dynamic")
@@ -162,6 +168,7 @@ _PARAMETERS: dict[str, tuple[str, ...]] = {
     "float_accumulator": ("loop",),
     "packed_gemm": ("kc", "loop"),
     "im2col_gemm": ("kc", "loop"),
+    "dots_by_gemm": ("kc", "loop"),
 }
 
 # OpenMP's reduction operator for each recognised accumulation (a `-=` sum combines with +).
@@ -764,7 +771,7 @@ def _parameter_menu(name: str, loop: _Loop) -> list[tuple[tuple[str, Any], ...]]
         return [(("factor", factor),) for factor in UNROLL_FACTORS]
     if name == "tile":
         return [(("size", size),) for size in TILE_SIZES]
-    if name in ("packed_gemm", "im2col_gemm"):
+    if name in ("packed_gemm", "im2col_gemm", "dots_by_gemm"):
         return [(("kc", kc),) for kc in GEMM_K_SLABS]
     return [()]
 
@@ -1123,6 +1130,32 @@ class _Accumulation:
     store_value: Node
 
 
+@dataclass(frozen=True)
+class _Leading:
+    """A loop body that starts `T acc = init; for (...) ...`, and what follows."""
+
+    declaration: Node
+    accumulator: str
+    initial: Node
+    loop: Node  # the `for` statement after the declaration
+    after: list[Node]
+
+
+def _leading_accumulator(loop: _Loop) -> _Leading | None:
+    """The loop's body as one initialised scalar, a loop and the rest; None when it does not
+    start that way."""
+    body = field(loop.node, "body")
+    parts = statements(body) if body is not None and body.type == "compound_statement" else []
+    if len(parts) < 2 or parts[0].type != "declaration" or parts[1].type != "for_statement":
+        return None
+    found = declarators(parts[0])
+    initial = field(found[0], "value") if len(found) == 1 else None
+    name = field(found[0], "declarator") if len(found) == 1 else None
+    if initial is None or name is None or name.type != "identifier":
+        return None
+    return _Leading(parts[0], text(name), initial, parts[1], parts[2:])
+
+
 def _accumulate_in_output(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     """Rewrites the whole loop from its statements' texts: comments between them are lost."""
     loop = kernel.loop(strategy)
@@ -1163,17 +1196,11 @@ def _accumulation(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Accumula
             strategy, loop, f"{why} (wanted `T acc = init; for (...) acc += ...; out[..] = acc;`)"
         )
 
-    body = field(loop.node, "body")
-    parts = statements(body) if body is not None and body.type == "compound_statement" else []
-    if len(parts) < 3 or parts[0].type != "declaration" or parts[1].type != "for_statement":
-        not_applicable("its body is not an accumulator, a loop and a store")
-    declaration, inner_node, *epilogue = parts
-    found = declarators(declaration)
-    initial = field(found[0], "value") if len(found) == 1 else None
-    name = field(found[0], "declarator") if len(found) == 1 else None
-    if initial is None or name is None or name.type != "identifier":
-        not_applicable("its body does not start with one initialised scalar")
-    accumulator = text(name)
+    leading = _leading_accumulator(loop)
+    if leading is None or not leading.after:
+        not_applicable("its body is not one initialised scalar, a loop and a store")
+    accumulator, initial, inner_node = leading.accumulator, leading.initial, leading.loop
+    epilogue = leading.after
     inner = kernel.at(inner_node)
     _canonical(strategy, inner)
     own_var = _canonical(strategy, loop).var
@@ -1521,11 +1548,26 @@ def _packed_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
             lines += _epilogue_nest(kernel, loop, nest, text(nest.shape.store))
         indent = indentation(kernel.source, loop.node.start_byte)
         code = ("\n" + indent).join(lines)
-    edits = [replacement(loop.node, code)]
-    if HELPER_NAME not in used:
+    return _with_helper(kernel, loop.node, code)
+
+
+def _with_helper(kernel: _Kernel, node: Node, code: str) -> list[Edit]:
+    """`node` replaced by `code`, and the GEMM helper put before the function unless the
+    kernel has it already."""
+    edits = [replacement(node, code)]
+    if HELPER_NAME not in identifiers(kernel.tree.root_node):
         at = line_start(kernel.source, kernel.function.start_byte)
         edits.append(insertion(at, HELPER_SOURCE + "\n"))
     return edits
+
+
+def _scratch_names(kernel: _Kernel, strategy: Strategy, loop: _Loop, *roles: str) -> list[str]:
+    """Fresh names for a lowering that keeps its buffers in scratch; an older helper, from
+    before scratch existed, cannot give it any."""
+    used = set(identifiers(kernel.tree.root_node))
+    if HELPER_NAME in used and SCRATCH_NAME not in used:
+        _fail(strategy, loop, f"the kernel has an older {HELPER_NAME}, without {SCRATCH_NAME}")
+    return [_fresh_name(f"kope_{role}", used) for role in roles]
 
 
 def _epilogue_nest(kernel: _Kernel, loop: _Loop, nest: _MatmulNest, element: str) -> list[str]:
@@ -1715,16 +1757,9 @@ def _im2col_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     kc = _choice(strategy, "kc", GEMM_K_SLABS)
     _not_a_fallback(strategy, loop)
     nest = _windowed_nest(kernel, strategy, loop)
-    used = set(identifiers(kernel.tree.root_node))
     roles = ("depth", "cols", "patches", "weights", "sums", "held")
-    names = {role: _fresh_name(f"kope_{role}", used) for role in roles}
-    if HELPER_NAME in used and SCRATCH_NAME not in used:
-        _fail(strategy, loop, f"the kernel has an older {HELPER_NAME}, without {SCRATCH_NAME}")
-    edits = [replacement(loop.node, _lowered(kernel, nest, names, kc))]
-    if HELPER_NAME not in used:
-        at = line_start(kernel.source, kernel.function.start_byte)
-        edits.append(insertion(at, HELPER_SOURCE + "\n"))
-    return edits
+    names = dict(zip(roles, _scratch_names(kernel, strategy, loop, *roles), strict=True))
+    return _with_helper(kernel, loop.node, _lowered(kernel, nest, names, kc))
 
 
 def _not_a_fallback(strategy: Strategy, loop: _Loop) -> None:
@@ -1848,20 +1883,12 @@ def _windowed_nest(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _Window:
     columns = _perfect_chain(kernel, loop)
     if not columns:
         not_applicable("it has no perfectly nested loop over the output's columns")
-    body = field(columns[-1].node, "body")
-    parts = statements(body) if body is not None and body.type == "compound_statement" else []
-    if len(parts) < 3 or parts[0].type != "declaration" or parts[1].type != "for_statement":
-        not_applicable(
-            f"the body of {columns[-1].info.id} is not an accumulator, loops and a store"
-        )
-    declaration, top, *epilogue = parts
-    found = declarators(declaration)
-    name = field(found[0], "declarator") if len(found) == 1 else None
-    if name is None or name.type != "identifier" or field(found[0], "value") is None:
-        not_applicable(
-            f"the body of {columns[-1].info.id} does not start with one initialised scalar"
-        )
-    accumulator = text(name)
+    leading = _leading_accumulator(columns[-1])
+    if leading is None or not leading.after:
+        not_applicable(f"the body of {columns[-1].info.id} is not one initialised scalar, "
+                       "loops and a store")  # fmt: skip
+    declaration, top, epilogue = leading.declaration, leading.loop, leading.after
+    accumulator = leading.accumulator
     window, step = _window_loops(kernel, top, accumulator)
     if not window or step is None:
         not_applicable(
@@ -1987,6 +2014,127 @@ def _float_element(kernel: _Kernel, node: Node) -> bool:
     return ctype is not None and ctype.base == "float" and ctype.pointers == 1
 
 
+# --- a row loop's dot products as one GEMM (attention's scores) ------------------------------
+
+DOTS_SCRATCH_SLOT = FIRST_FREE_SCRATCH_SLOT + 3  # after im2col_gemm's three
+
+
+@dataclass(frozen=True)
+class _RowDots:
+    """`for i { ...; for j { T acc = 0; for p acc += A[i,p] * B[p,j]; ...acc... } ... }`: the
+    row loop (i), the loop over columns (j) and the sum's loop (p); `columns` is how many
+    columns j the rows reach in all."""
+
+    rows: _Loop
+    sums: _Loop
+    inner: _Loop
+    declaration: Node  # `T acc = 0;`
+    columns: str
+    a: _Operand  # rows i, columns p
+    b: _Operand  # rows p, columns j
+
+
+def _dots_by_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    loop = kernel.loop(strategy)
+    kc = _choice(strategy, "kc", GEMM_K_SLABS)
+    _not_a_fallback(strategy, loop)
+    nest = _row_dots(kernel, strategy, loop)
+    dots, held = _scratch_names(kernel, strategy, loop, "dots", "held")
+    return _with_helper(kernel, nest.rows.node, _dots_first(kernel, nest, dots, held, kc))
+
+
+def _dots_first(kernel: _Kernel, nest: _RowDots, dots: str, held: str, kc: int) -> str:
+    """The GEMM of every row's sums into `dots` (scratch, kept from one call to the next),
+    then the row loop with each sum read from it instead of computed; without memory for the
+    buffer, the row loop as it was."""
+    indent, unit = (
+        indentation(kernel.source, nest.rows.node.start_byte),
+        _indent_unit(kernel, nest.rows),
+    )
+    rows, sums = _header(nest.rows), _header(nest.sums)
+    m, n, k = _operand(rows.bound), nest.columns, _operand(_header(nest.inner).bound)
+    initial = field(declarators(nest.declaration)[0], "value")
+    assert initial is not None  # _row_dots found it
+    reading = _rewritten(kernel, nest.rows.node, [
+        replacement(initial, f"{dots}[{rows.var} * {n} + {sums.var}]"),
+        Edit(nest.declaration.end_byte, nest.inner.node.end_byte, b""),
+    ])  # fmt: skip
+    a, b = nest.a, nest.b
+    gemm = (f"{HELPER_NAME}({m}, {n}, {k}, {a.at()}, {a.row_stride}, {a.col_stride}, "
+            f"{b.at()}, {b.row_stride}, {b.col_stride}, {dots}, {n}, {kc});")  # fmt: skip
+    count = f"(size_t){m} * (size_t){n} + 1"
+    lines = [
+        "{",
+        f"{unit}int {held};",
+        f"{unit}float *{dots} = {SCRATCH_NAME}({DOTS_SCRATCH_SLOT}, {count}, &{held});",
+        f"{unit}if ({dots} != NULL) {{",
+        f"{unit * 2}{gemm}",
+        *(unit * 2 + line for line in _relocated(kernel, nest.rows.node, reading)),
+        f"{unit}}} else {{",
+        *(unit * 2 + line for line in _relocated(kernel, nest.rows.node, text(nest.rows.node))),
+        f"{unit}}}",
+        f"{unit}{SCRATCH_NAME}_done({DOTS_SCRATCH_SLOT}, {dots}, {held});",
+        "}",
+    ]
+    return ("\n" + indent).join(lines)
+
+
+def _row_dots(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _RowDots:
+    def not_applicable(why: str) -> NoReturn:
+        _fail(strategy, loop, f"{why} (wanted `for i {{ ...; for j {{ acc = 0; for p acc += "
+                              "A[i,p] * B[p,j]; ...acc... } ... }`)")  # fmt: skip
+
+    rows = kernel.by_id(loop.info.parent)
+    if rows is None:
+        not_applicable("it is not inside a loop over rows")
+    if rows.info.perfect_child == loop.info.id:
+        not_applicable(f"it is all of {rows.info.id}'s body: packed_gemm lowers such a nest")
+    leading = _leading_accumulator(loop)
+    if leading is None or not _is_zero(leading.initial):
+        not_applicable("its body does not start with one scalar set to 0 and a loop")
+    accumulator, inner = leading.accumulator, kernel.at(leading.loop)
+    step = _single_accumulation(inner, accumulator)
+    if step is None or step[0] != "+=":
+        not_applicable(f"the body of {inner.info.id} is not one `{accumulator} += ...;`")
+    if any(accumulator in written_names(statement) for statement in leading.after):
+        not_applicable(f"{accumulator} changes after its sum")
+    headers = [_canonical(strategy, each) for each in (rows, loop, inner)]
+    for each in (rows, loop, inner):
+        _no_pragmas(strategy, each)
+    _outside_parallel_regions(kernel, strategy, rows)
+    _not_in_collapsed_nest(kernel, strategy, rows)
+    if any(text(h.start) != "0" or h.step != 1 for h in headers) or "<=" in (
+        headers[0].comparison, headers[2].comparison,
+    ):  # fmt: skip
+        not_applicable("its loops do not all run `for (v = 0; v < bound; ++v)`")
+    i, j, p = (header.var for header in headers)
+    columns = _columns_reached(headers[0], headers[1])
+    if columns is None:
+        not_applicable(f"{j} runs neither to a bound of its own nor to {i} inclusive")
+    operands = _product_operands(kernel, step[1], i, j, p)
+    if operands is None:
+        not_applicable(f"`{text(step[1])}` is not a product of float matrices A[i,p], B[p,j]")
+    a, b = operands
+    read = {a.array, b.array, *a.reads, *b.reads, *identifiers(headers[0].bound),
+            *identifiers(headers[2].bound)}  # fmt: skip
+    if headers[1].comparison == "<":
+        read |= set(identifiers(headers[1].bound))
+    changed = declared_names(rows.node) | written_names(rows.node)
+    if read & changed:
+        not_applicable(f"{', '.join(sorted(read & changed))} change inside {rows.info.id}")
+    return _RowDots(rows, loop, inner, leading.declaration, columns, a, b)
+
+
+def _columns_reached(rows: _Header, columns: _Header) -> str | None:
+    """How many columns j the rows reach in all: the bound of `j < n`, or the rows' own bound
+    for `j <= i` (a causal mask: row i reads columns 0..i)."""
+    if columns.comparison == "<":
+        return _operand(columns.bound)
+    if text(strip_parens(columns.bound)) == rows.var:
+        return _operand(rows.bound)
+    return None
+
+
 _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "omp_parallel_for": _omp_parallel_for,
     "omp_parallel_private": _omp_parallel_private,
@@ -2000,4 +2148,5 @@ _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "float_accumulator": _float_accumulator,
     "packed_gemm": _packed_gemm,
     "im2col_gemm": _im2col_gemm,
+    "dots_by_gemm": _dots_by_gemm,
 }
