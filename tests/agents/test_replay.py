@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import OfflineSearchPolicy
+from apps.agents.offline.policy import OfflineSearchPolicy, moves
 from apps.agents.offline.replay import paths, replay_label, steps_of
 from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
@@ -246,3 +246,92 @@ def test_a_step_on_a_loop_lands_on_the_loop_that_plays_its_role_here_or_nowhere(
     for step in steps_of(attention.strategy)[1:]:
         expected = apply(strategy_from_label(step), expected)
     assert attention.source == expected
+
+
+ROW_SUM_PATH = ["flags(set=fast_math)", "omp_parallel_for(loop=L0, schedule=static)",
+                "float_accumulator(loop=L1)"]  # fmt: skip
+POOL_STEPS = ["omp_parallel_for(loop=L0, schedule=static)", "float_accumulator(loop=L4)"]
+
+
+def pool_after_a_replay(team: Team, retrieved: list[Hit]) -> Situation:
+    """avg_pool2d after row_sum's path was replayed on it, -ffast-math and all (in a suite run
+    the path made it 1.25x faster; the parallel loop alone made it 1.9x, -ffast-math alone
+    1.5x slower)."""
+    row_sum = Tree(team, "row_sum")
+    for step in ROW_SUM_PATH:
+        best = row_sum.grow(step, 2.0)
+    pool = Tree(team, "avg_pool2d")
+    replayed = pool.grow(replay_label(best, [ROW_SUM_PATH[0], *POOL_STEPS]), 1.25)
+    source = naive("avg_pool2d")
+    for step in POOL_STEPS:
+        source = apply(strategy_from_label(step), source)
+    incumbent = Attempt(replayed, Candidate(source, "replayed", ("-ffast-math",), 2),
+                        "improved", True, 80.0, "")  # fmt: skip
+    brief = OperatorBrief("avg_pool2d", "avg_pool2d", "convolution", "", pool.version.pk,
+                          1e-3, 1e-3)  # fmt: skip
+    return Situation(session_id=pool.session.pk, team_id=team.pk, target="cpu-c",
+                     operator=brief, stage="optimization", iteration=2, rounds_left=3,
+                     incumbent=incumbent, latest=incumbent, tried=frozenset(), context=None,
+                     retrieved=retrieved)  # fmt: skip
+
+
+def test_a_flag_set_a_replayed_path_brought_in_is_taken_out_before_the_finer_tools(
+    team: Team,
+) -> None:
+    pool = pool_after_a_replay(team, retrieved=[])
+    assert pool.incumbent is not None
+
+    proposal = propose(pool)
+
+    candidate = proposal.candidate
+    assert candidate is not None
+    assert candidate.strategy == "drop_flags(set=fast_math)"
+    assert candidate.flags == () and candidate.threads == 2
+    assert candidate.source == pool.incumbent.candidate.source
+    assert proposal.adopted == []  # the prior's call: no memory item decided it
+
+    tried = replace(pool, tried=frozenset({"drop_flags(set=fast_math)"}))
+    next_move = propose(tried).candidate
+    assert next_move is not None and next_move.strategy != "drop_flags(set=fast_math)"
+
+
+def test_a_flag_set_the_kernel_took_on_its_own_is_not_taken_out(team: Team) -> None:
+    """Its own round timed it: it paid here."""
+    pool = pool_after_a_replay(team, retrieved=[])
+    assert pool.incumbent is not None
+    own = Tree(team, "avg_pool2d")
+    own.grow(POOL_STEPS[0], 1.9)
+    with_flags = own.grow("flags(set=fast_math)", 1.1)
+
+    timed_alone = replace(pool, incumbent=replace(pool.incumbent, case_id=with_flags))
+
+    assert not [c for c in moves(timed_alone) if c.strategy.startswith("drop_flags(")]
+    assert "drop_flags(set=fast_math)" in [c.strategy for c in moves(pool)]
+
+
+def test_memory_that_a_flag_set_slowed_a_similar_kernel_is_adopted_to_take_it_out(
+    team: Team,
+) -> None:
+    earlier = Tree(team, "avg_pool2d")
+    slowed = earlier.grow("flags(set=fast_math)", 0.67)
+    pool = pool_after_a_replay(team, retrieved=[hit(slowed)])
+
+    proposal = propose(pool)
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "drop_flags(set=fast_math)"
+    [adopted] = proposal.adopted
+    assert adopted["key"] == f"case:{slowed}"
+    assert adopted["why"].startswith("took fast_math out: ")
+    assert "slowed 0.67x with flags(set=fast_math)" in adopted["why"]
+
+
+def test_a_flag_set_taken_out_again_is_no_step_of_the_path(team: Team) -> None:
+    tree = Tree(team, "avg_pool2d")
+    tree.grow(replay_label(1, ["flags(set=fast_math)", *POOL_STEPS]), 1.25)
+    best = tree.grow("drop_flags(set=fast_math)", 1.5)
+
+    [path] = paths([hit(best)], session_id=0, version_id=0)
+
+    assert [step.label for step in path.steps] == POOL_STEPS
+    assert round(path.speedup, 3) == 1.875

@@ -24,7 +24,10 @@ it the same way.
 On a starting kernel it can also replay a path memory brought back (apps/agents/offline/
 replay.py): every step of a similar operator's path to its best kernel that applies here (a
 step on a loop, on the loop that plays the same role here), as one candidate, scored by that
-path's gain weighted like a case's evidence.
+path's gain weighted like a case's evidence. A flag set that came in with a replayed path was
+only timed together with the path's other steps, so taking it out again (`drop_flags`) is a
+move of its own: after the float accumulator in the prior, higher the more memory says the
+flag set slowed similar kernels.
 """
 
 from __future__ import annotations
@@ -36,13 +39,18 @@ from dataclasses import dataclass, replace
 
 from apps.agents.offline.features import kernel_features, overlap, same_role_loop
 from apps.agents.offline.replay import (
+    DROP_FLAGS,
     Path,
     Step,
     fits,
+    flags_dropped_by,
     head_of,
+    is_replay,
+    lineage_of,
     paths,
     replay_label,
     steps_of,
+    tree_of,
 )
 from apps.agents.offline.transforms import (
     Strategy,
@@ -69,12 +77,12 @@ LOWERINGS = ("packed_gemm", "im2col_gemm", "dots_by_gemm")
 # (they unlock vectorization), flags that let gcc vectorize math, then threads (a loop that
 # uses scratch buffers gets a copy per thread: made parallel as it is, it races on them), then
 # the finer tools: a float accumulator (one per loop, each a round; attention has three, and
-# spent its rounds on them before its threads), restrict, simd, hoisting, unrolling. Only a
-# tie-breaker once memory speaks.
+# spent its rounds on them before its threads), taking out a flag set a replayed path brought
+# in, restrict, simd, hoisting, unrolling. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
     *LOWERINGS, "accumulate_in_output", "interchange", "tile",
     "flags(set=fast_math)", "flags(set=fp_contract)", "omp_parallel_private",
-    "omp_parallel_for", "float_accumulator", "restrict_pointers", "omp_simd",
+    "omp_parallel_for", "float_accumulator", DROP_FLAGS, "restrict_pointers", "omp_simd",
     "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
 # The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
@@ -208,6 +216,7 @@ def moves(situation: Situation) -> list[Candidate]:
     candidates = source_moves(base)
     candidates += thread_moves(base)
     candidates += flag_moves(base, fast_math_allowed=situation.operator.fast_math_allowed)
+    candidates += drop_moves(base, replayed_flag_sets(situation.incumbent.case_id))
     # A flag set that broke this operator once breaks it again on any kernel derived from
     # that one: its tolerance is the operator's, not the kernel's.
     return [c for c in candidates
@@ -256,6 +265,29 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
             continue
         merged = tuple(sorted({*base.flags, *flags}))
         moves.append(Candidate(base.source, f"flags(set={name})", merged, base.threads))
+    return moves
+
+
+def replayed_flag_sets(case_id: int) -> set[str]:
+    """The flag sets the incumbent took in with a replayed path: timed only together with the
+    path's other steps, and found paying on another operator (row_sum's path brought
+    -ffast-math to avg_pool2d, whose kernel it alone made 1.5x slower)."""
+    case = Case.objects.filter(pk=case_id).first()
+    if case is None:
+        return set()
+    return {label_params(step)["set"] for ancestor in lineage_of(case, tree_of(case))
+            if is_replay(ancestor.strategy)
+            for step in steps_of(ancestor.strategy) if step.startswith("flags(set=")}  # fmt: skip
+
+
+def drop_moves(base: Candidate, names: set[str]) -> list[Candidate]:
+    """The incumbent without each of the flag sets `names` that it still has."""
+    moves = []
+    for name in sorted(names):
+        flags = FLAG_SETS.get(name, ())
+        if flags and set(flags) <= set(base.flags):
+            kept = tuple(flag for flag in base.flags if flag not in flags)
+            moves.append(Candidate(base.source, f"{DROP_FLAGS}(set={name})", kept, base.threads))
     return moves
 
 
@@ -431,7 +463,7 @@ def strategy_name(label: str) -> str:
 # Strategies whose parameter makes a different move, not a variant of one: what -ffast-math
 # did for gelu's expf says nothing about -funroll-loops, while a tile of 32 or of 64 is the
 # same idea.
-KIND_PARAMS = {"flags": "set"}
+KIND_PARAMS = {"flags": "set", DROP_FLAGS: "set"}
 
 
 def move_of(label: str) -> str:
@@ -569,6 +601,9 @@ def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
         return (replays[candidate.strategy].score, 0.0, tie_break)
     move = move_of(candidate.strategy)
     score = prior(move, order) + evidence_for(move, evidence)
+    dropped = flags_dropped_by(candidate.strategy)
+    if dropped is not None:  # what memory says against a flag set speaks for taking it out
+        score -= evidence_for(f"flags(set={dropped})", evidence)
     return (score, param_preference(candidate.strategy), tie_break)
 
 
@@ -585,4 +620,8 @@ def adoption(
         outranked = prior(e.move, order) > prior(move, order)
         if e.says < 0 and pushed_down and outranked:
             adopted.setdefault(e.key, f"avoided {e.move}: {e.why}")
+    dropped = flags_dropped_by(chosen.strategy)
+    for e in evidence if dropped is not None else []:
+        if speaks_for(e.move, f"flags(set={dropped})") and e.says < 0:
+            adopted.setdefault(e.key, f"took {dropped} out: {e.why}")
     return [{"key": key, "why": why} for key, why in adopted.items()]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
@@ -24,6 +25,7 @@ from apps.memory.retrieval import Hit
 
 REPLAY = "replay"
 STEP_SEPARATOR = "; "
+DROP_FLAGS = "drop_flags"  # `drop_flags(set=fast_math)`: a replayed flag set taken out again
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,7 @@ def case_of(hit: Hit) -> Case | None:
 def best_path(case: Case, hit: Hit) -> Path | None:
     """The path to the last incumbent of `case`'s tree (each kernel on it was judged faster
     than its parent); None while nothing in the tree has replaced its start."""
-    tree = Case.objects.filter(session_id=case.session_id, version_id=case.version_id,
-                               target=case.target)  # fmt: skip
+    tree = tree_of(case)
     best = tree.filter(outcome=Case.Outcome.IMPROVED, correct=True, latency_ms__isnull=False,
                        parent__isnull=False).order_by("-iteration").first()  # fmt: skip
     if best is None or best.latency_ms is None:
@@ -105,14 +106,41 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     start = lineage[0]
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
-    steps = tuple(step for parent, child in itertools.pairwise(lineage)
-                  for step in steps_with_gains(parent, child))  # fmt: skip
+    steps = without_undone(step for parent, child in itertools.pairwise(lineage)
+                           for step in steps_with_gains(parent, child))  # fmt: skip
     operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
         operator=operator.slug, family=operator.family, best_case_id=best.pk,
         start_source=start.source.text, steps=steps, speedup=start.latency_ms / best.latency_ms,
     )  # fmt: skip
+
+
+def without_undone(steps: Iterable[Step]) -> tuple[Step, ...]:
+    """The steps less each flag set taken out again later, and the step that took it out:
+    replayed, the pair would only add the flags and drop them."""
+    kept: list[Step] = []
+    for step in steps:
+        added = flags_dropped_by(step.label)
+        if added is None:
+            kept.append(step)
+            continue
+        undone = [i for i, earlier in enumerate(kept) if earlier.label == f"flags(set={added})"]
+        if undone:
+            del kept[undone[-1]]
+    return tuple(kept)
+
+
+def flags_dropped_by(label: str) -> str | None:
+    """`fast_math` for `drop_flags(set=fast_math)`; None for any other label."""
+    name, _, rest = label.strip().partition("(set=")
+    return rest[:-1] if name == DROP_FLAGS and rest.endswith(")") else None
+
+
+def tree_of(case: Case) -> QuerySet[Case]:
+    """The cases of `case`'s operator in its session, on its target."""
+    return Case.objects.filter(session_id=case.session_id, version_id=case.version_id,
+                               target=case.target)  # fmt: skip
 
 
 def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
