@@ -349,6 +349,10 @@ def test_dots_by_gemm_refuses_what_is_not_a_row_of_dot_products() -> None:
             "for (int64_t j = 0; j <= skv; ++j) {\n                double dot",
         ),
         "qh change inside L1": ("p[j] = dot * scale;", "p[j] = dot * scale; qh = k;"),
+        "not a statement of L1's body itself": (
+            "for (int64_t j = 0; j < skv; ++j) {\n                double dot",
+            "if (i < skv) for (int64_t j = 0; j < skv; ++j) {\n                double dot",
+        ),
         "do not all run": ("for (int64_t e = 0; e < d; ++e) {\n                    dot",
                            "for (int64_t e = 1; e < d; ++e) {\n                    dot"),
     }  # fmt: skip

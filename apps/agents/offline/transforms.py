@@ -2089,6 +2089,9 @@ def _row_dots(kernel: _Kernel, strategy: Strategy, loop: _Loop) -> _RowDots:
         not_applicable("it is not inside a loop over rows")
     if rows.info.perfect_child == loop.info.id:
         not_applicable(f"it is all of {rows.info.id}'s body: packed_gemm lowers such a nest")
+    if loop.node.parent != field(rows.node, "body"):
+        # under a condition, the rows and columns it reads may not all exist
+        not_applicable(f"it is not a statement of {rows.info.id}'s body itself")
     leading = _leading_accumulator(loop)
     if leading is None or not _is_zero(leading.initial):
         not_applicable("its body does not start with one scalar set to 0 and a loop")
