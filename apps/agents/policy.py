@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from apps.agents.context import PackedContext
 from apps.devices.models import KernelSource
+from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller
 
@@ -138,3 +139,23 @@ class Policy(Protocol):
     def distiller(self) -> Distiller:
         """How rules are worded from the experiences that earned them (UGC)."""
         ...
+
+
+def candidate_of(event: JournalEvent) -> Candidate:
+    payload = event.payload
+    source = KernelSource.objects.get(sha256=payload["source_sha256"])
+    return Candidate(source.text, payload["strategy"], tuple(payload["flags"]), payload["threads"])
+
+
+def candidate_of_case(case: Case) -> Candidate:
+    """The candidate a case evaluated, as it was proposed (flags and threads included)."""
+    if case.source is None:
+        return Candidate("", case.strategy)
+    event = JournalEvent.objects.filter(
+        session_id=case.session_id, kind="candidate_proposed",
+        payload__operator=case.version.operator.slug, payload__iteration=case.iteration,
+        payload__source_sha256=case.source.sha256,
+    ).first()  # fmt: skip
+    if event is not None:
+        return candidate_of(event)
+    return Candidate(case.source.text, case.strategy)

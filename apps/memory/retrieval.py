@@ -271,6 +271,9 @@ class Query:
     kinds: tuple[str, ...] = ("case", "rule", "document")
     limit: int = 20
     exclude_session_id: int | None = None
+    # keys of items that come first, in this order, whatever their similarity (at most half
+    # the limit): what an earlier session measured on the very kernel being changed
+    first: tuple[str, ...] = ()
 
     @property
     def pool(self) -> int:
@@ -287,7 +290,26 @@ class Hit:
 
 
 def retrieve(query: Query) -> list[Hit]:
-    return ranked(nearest_rows(query, embed_one(query.text)))[: query.limit]
+    vector = embed_one(query.text)
+    pinned = pinned_hits(query, vector)
+    pinned_keys = {hit.key for hit in pinned}
+    nearest = [hit for hit in ranked(nearest_rows(query, vector)) if hit.key not in pinned_keys]
+    return [*pinned, *nearest][: query.limit]
+
+
+def pinned_hits(query: Query, vector: list[float]) -> list[Hit]:
+    """The items `query.first` names that pass the query's filters, in that order, at most
+    half the limit."""
+    if not query.first:
+        return []
+    named = (
+        filtered_items(query)
+        .filter(key__in=query.first)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .values(*HIT_FIELDS, "distance")
+    )
+    rows = {row["key"]: row for row in named}
+    return [hit_from_row(rows[key]) for key in query.first if key in rows][: query.limit // 2]
 
 
 def nearest_rows(query: Query, vector: list[float]) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.accounts.models import Team
+from apps.agents.policy import candidate_of_case
 from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
 from apps.devices.host import parallel_speedup
@@ -48,7 +49,6 @@ from apps.runs.loop import (
     Evaluate,
     advance,
     baseline_settings,
-    candidate_of_case,
     evaluate_here_since,
     replaces_incumbent,
     timed_kernel,
@@ -67,6 +67,7 @@ class KernelsOptions:
     repeats: int = 30  # timed calls per evaluation (the sessions' default is 100)
     seeds: int = 1  # input seeds per test case (sessions default to 3)
     out_dir: Path | None = None
+    team: str | None = None  # a team's slug: memory on reads what that team already knows
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     unknown = sorted(set(slugs) - set(suite_slugs(suite)))
     if unknown:
         raise BenchmarkError(f"not built-in operators: {', '.join(unknown)}")
-    team = Team.objects.create(name=f"bench kernels {timezone.now():%Y-%m-%d %H:%M:%S}",
-                               slug=f"bench-kernels-{time.time_ns()}")  # fmt: skip
+    team = bench_team(kernels.team)
+    known_before = Case.objects.filter(session__team=team).count()
     started, since = time.monotonic(), timezone.now()
     results: dict[str, list[OperatorResult]] = {}
     sessions = {}
@@ -110,10 +111,23 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     report.update(paired_summary(team, sessions, slugs, kernels, options.progress, since))
     host["after_side_by_side"] = parallel_speedup()
     report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1})
-    report.update(team=team.slug, sessions=sessions, wall_s=time.monotonic() - started,
+    report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
+                  wall_s=time.monotonic() - started,
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
     report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
     return report
+
+
+def bench_team(slug: str | None) -> Team:
+    """A fresh team, so memory on starts from nothing, or the named one, so memory on starts
+    from what that team's sessions recorded (KOPE's setting: memory from earlier runs)."""
+    if slug is None:
+        return Team.objects.create(name=f"bench kernels {timezone.now():%Y-%m-%d %H:%M:%S}",
+                                   slug=f"bench-kernels-{time.time_ns()}")  # fmt: skip
+    team = Team.objects.filter(slug=slug).first()
+    if team is None:
+        raise BenchmarkError(f"--team {slug}: no team has that slug")
+    return team
 
 
 def suite_slugs(suite: Suite) -> list[str]:
@@ -481,7 +495,8 @@ def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
 
 def render(report: dict[str, Any]) -> str:
     return (f"{markdown_table(report)}\n\nsessions {report['sessions']} in team "
-            f"{report['team']}; {report['wall_s']:.0f} s; tables: {report['files']['markdown']}, "
+            f"{report['team']} (which held {report['team_cases_before']} cases before); "
+            f"{report['wall_s']:.0f} s; tables: {report['files']['markdown']}, "
             f"{report['files']['csv']}")  # fmt: skip
 
 

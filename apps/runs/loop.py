@@ -42,6 +42,8 @@ from apps.agents.policy import (
     Situation,
     Tools,
     bounded_candidate,
+    candidate_of,
+    candidate_of_case,
 )
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, KernelSource
@@ -49,7 +51,7 @@ from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
 from apps.devices.verdicts import describe_verdict
 from apps.memory.journal import journal_append, journal_record, step_done
-from apps.memory.keys import id_in_key, rule_key
+from apps.memory.keys import case_key, id_in_key, rule_key
 from apps.memory.learning import correctness_stage_score, optimization_stage_score
 from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import Hit, Query, retrieve
@@ -405,11 +407,38 @@ class Iteration:
         resident = {r["key"] for r in rules}
         query = Query(text=query_text(self.version, self.progress), team_id=self.session.team_id,
                       target=self.config.target, kinds=("case", "rule"),
-                      limit=RETRIEVAL_LIMIT)  # fmt: skip
+                      limit=RETRIEVAL_LIMIT, first=self.measured_from_incumbent())  # fmt: skip
         # No family filter: the family is in the query text, and a lesson from another family
         # (a loop order, a thread count) often carries over.
         hits = [h for h in retrieve(query) if h.key not in resident]
         return hits, rules
+
+    def measured_from_incumbent(self) -> tuple[str, ...]:
+        """The keys of the cases earlier sessions of this team made from the incumbent's very
+        kernel (source, flags, threads) on this operator version and target, newest first:
+        whatever its similarity, the evaluator's verdict on a next step from here."""
+        incumbent = self.progress.incumbent
+        if incumbent is None or incumbent.source_id is None:
+            return ()
+        kernel = candidate_of_case(incumbent).kernel_key
+        children = (
+            Case.objects.filter(session__team_id=self.session.team_id, version=self.version,
+                                target=self.config.target,
+                                parent__source_id=incumbent.source_id)
+            .exclude(session_id=self.session.pk)
+            .select_related("parent__source", "parent__version__operator")
+            .order_by("-pk")
+        )  # fmt: skip
+        from_kernel: dict[int, bool] = {}
+        keys = []
+        for child in children:
+            parent = child.parent
+            assert parent is not None
+            if parent.pk not in from_kernel:
+                from_kernel[parent.pk] = candidate_of_case(parent).kernel_key == kernel
+            if from_kernel[parent.pk]:
+                keys.append(case_key(child.pk))
+        return tuple(keys)
 
     def context(self, hits: list[Hit], rules: list[dict[str, Any]], incumbent: Attempt | None,
                 latest: Attempt | None) -> PackedContext:  # fmt: skip
@@ -584,26 +613,6 @@ def load_progress(session: OptimizationSession, version: OperatorVersion, slug: 
     )
     scored = events.filter(kind="stage_scored", payload__stage="correctness").exists()
     return Progress(cases, incumbent, scored, tokens)
-
-
-def candidate_of(event: JournalEvent) -> Candidate:
-    payload = event.payload
-    source = KernelSource.objects.get(sha256=payload["source_sha256"])
-    return Candidate(source.text, payload["strategy"], tuple(payload["flags"]), payload["threads"])
-
-
-def candidate_of_case(case: Case) -> Candidate:
-    """The candidate a case evaluated, as it was proposed (flags and threads included)."""
-    if case.source is None:
-        return Candidate("", case.strategy)
-    event = JournalEvent.objects.filter(
-        session_id=case.session_id, kind="candidate_proposed",
-        payload__operator=case.version.operator.slug, payload__iteration=case.iteration,
-        payload__source_sha256=case.source.sha256,
-    ).first()  # fmt: skip
-    if event is not None:
-        return candidate_of(event)
-    return Candidate(case.source.text, case.strategy)
 
 
 def attempt_of(case: Case) -> Attempt:

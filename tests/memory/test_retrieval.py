@@ -312,6 +312,25 @@ def test_a_teams_own_and_shared_items_come_back_but_not_another_teams(
     assert {hit.key for hit in retrieve(query_for(None))} == {"case:shared"}
 
 
+def test_the_items_a_query_names_first_come_first_within_its_filters_and_limit(
+    team: Team, other_team: Team
+) -> None:
+    q = embed([QUERY_TEXT])[0]
+    for n, similarity in enumerate((0.95, 0.9, 0.85, 0.8)):
+        shared_vector(f"case:near-{n}", vector_at_similarity(q, similarity, n))
+    shared_vector("case:far", vector_at_similarity(q, 0.1, 7))
+    shared_vector("case:farther", vector_at_similarity(q, 0.05, 8))
+    shared_vector("case:theirs", vector_at_similarity(q, 0.05, 9), team=other_team)
+
+    named = ("case:farther", "case:theirs", "case:far", "case:gone")
+    hits = retrieve(query_for(team, limit=4, first=named))
+
+    # another team's item stays out, a key with no item is skipped, and the named items
+    # take at most half the limit
+    assert [hit.key for hit in hits] == ["case:farther", "case:far", "case:near-0", "case:near-1"]
+    assert round(hits[0].scores["similarity"], 2) == 0.05
+
+
 def test_a_filter_left_out_of_the_query_does_not_filter(team: Team) -> None:
     query_vector = [float(x) for x in embed([QUERY_TEXT])[0]]
     shared_vector("case:matmul", query_vector, family="matmul", dtype="float16")

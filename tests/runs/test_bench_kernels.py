@@ -7,11 +7,14 @@ import json
 import math
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
+from apps.memory.tasks import embed_case
 from tests.devices.test_adversarial import store_every_builtin
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case
@@ -81,3 +84,46 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side"}
     assert set(host) == probes | {"cores"} and all(host[p] > 0 for p in probes)
     assert "Host: a matrix product on" in Path(report["files"]["markdown"]).read_text()
+
+
+def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
+    db: None, tmp_path: Path
+) -> None:
+    store_every_builtin()
+    first = bench_json("--operators", OPERATOR, "--rounds", "2", "--out", str(tmp_path))
+    recorded = Case.objects.filter(session_id__in=first["sessions"].values())
+    assert first["team_cases_before"] == 0 and recorded.exists()
+    for case_id in recorded.values_list("pk", flat=True):
+        embed_case(case_id)  # queued after a commit, which this test's transaction never makes
+
+    second = bench_json("--operators", OPERATOR, "--rounds", "2", "--out", str(tmp_path),
+                        "--team", first["team"])  # fmt: skip
+
+    assert second["team"] == first["team"] and second["team_cases_before"] == recorded.count()
+    assembled = JournalEvent.objects.get(session_id=second["sessions"]["read_write"],
+                                         kind="context_assembled")  # fmt: skip
+    # what both earlier sessions made from the starting kernel comes back first, whatever its
+    # similarity, and the policy makes again the kernel that paid there
+    from_start = {f"case:{pk}" for pk in recorded.filter(iteration=1).values_list("pk", flat=True)}
+    retrieved = [hit["key"] for hit in assembled.payload["retrieved"]]
+    assert len(from_start) == 2 and set(retrieved[:2]) == from_start
+    proposed = JournalEvent.objects.get(
+        session_id=second["sessions"]["read_write"], kind="candidate_proposed",
+        payload__iteration=1,
+    )  # fmt: skip
+    assert any("on this very kernel" in a["why"] and a["key"] in from_start
+               for a in proposed.payload["adopted"])  # fmt: skip
+    off = JournalEvent.objects.get(session_id=second["sessions"]["off"], kind="context_assembled")
+    assert off.payload["retrieved"] == [], "memory off reads nothing, whatever the team knows"
+
+
+def test_a_team_that_does_not_exist_is_named_in_the_error(db: None) -> None:
+    with pytest.raises(CommandError, match="--team no-such-team: no team has that slug"):
+        bench_json("--operators", OPERATOR, "--team", "no-such-team")
+
+
+def bench_json(*args: str) -> dict[str, Any]:
+    out = StringIO()
+    call_command("bench", "kernels", "--timed-calls", "3", "--json", *args, stdout=out,
+                 stderr=StringIO())  # fmt: skip
+    return json.loads(out.getvalue())

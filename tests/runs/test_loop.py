@@ -10,7 +10,7 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.policy import Candidate, KernelKey, Proposal, Situation
+from apps.agents.policy import Candidate, KernelKey, Proposal, Situation, candidate_of_case
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
@@ -22,7 +22,6 @@ from apps.runs.event_text import event_summary
 from apps.runs.loop import (
     Progress,
     advance,
-    candidate_of_case,
     evaluate_here,
     judge,
     lost_on_same_source,

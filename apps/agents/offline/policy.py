@@ -28,6 +28,13 @@ path's gain weighted like a case's evidence. A flag set that came in with a repl
 only timed together with the path's other steps, so taking it out again (`drop_flags`) is a
 move of its own: after the float accumulator in the prior, higher the more memory says the
 flag set slowed similar kernels.
+
+What an earlier session measured on this very kernel (the same operator version, target,
+source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
+kernel memory saw made from the incumbent adds the gain it measured then to the candidate that
+makes it again, whole (a loser is not tried again before fresh moves), and on the starting
+kernel the path the operator's own earlier tree took to its best kernel is replayed first. A
+session that runs an operator again starts where the last one ended.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import statistics
 from dataclasses import dataclass, replace
 
 from apps.agents.offline.features import kernel_features, overlap, same_role_loop
@@ -62,7 +70,15 @@ from apps.agents.offline.transforms import (
     tile_finds_no_reuse,
     tile_walks_in_order,
 )
-from apps.agents.policy import FAILED_OUTCOMES, Candidate, Proposal, Situation, Tools
+from apps.agents.policy import (
+    FAILED_OUTCOMES,
+    Candidate,
+    KernelKey,
+    Proposal,
+    Situation,
+    Tools,
+    candidate_of_case,
+)
 from apps.memory.keys import id_in_key
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
@@ -137,13 +153,14 @@ class OfflineSearchPolicy:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried or makes a kernel already run")  # fmt: skip
         evidence = gather_evidence(situation)
+        measured = measured_from_here(situation)
         worn = worn_moves(situation)
         source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
             not walks_memory_worse(c.strategy, source),
             move_key(c.strategy) not in worn and c.strategy not in situation.lost,
             makes_a_lowering_memory_does_not_fault(c, evidence),
-            *score_key(c, evidence, situation.seed, order, replays),
+            *score_key(c, evidence, situation.seed, order, replays, measured),
         ))  # fmt: skip
         chosen = scored[0]
         if chosen.strategy in replays:
@@ -151,6 +168,8 @@ class OfflineSearchPolicy:
                         "why": replays[chosen.strategy].why}]  # fmt: skip
         else:
             adopted = adoption(chosen, scored, evidence, order)
+        adopted += [{"key": e.key, "why": e.why}
+                    for e in measured.get(chosen.kernel_key, []) if e.gain > 0]  # fmt: skip
         rationale = f"{chosen.strategy}: " + (
             "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
         )
@@ -305,6 +324,7 @@ class Replay:
     applied: tuple[Step, ...]  # the path's steps that applied here
     weight: float  # how much the path applies here, 0..1, as a case's evidence weighs
     prior: float  # the fixed prior of its best step here
+    here: bool = False  # found from this very starting kernel: its gains were measured here
 
     @property
     def gained(self) -> float:
@@ -318,12 +338,18 @@ class Replay:
 
     @property
     def score(self) -> float:
-        """As its best step would rank, plus the applied steps' gain, shrunk like one case's
-        evidence."""
+        """As its best step would rank, plus the applied steps' gain: whole where they were
+        measured on this very kernel, else shrunk like one case's evidence."""
+        if self.here:
+            return self.prior + self.gained
         return self.prior + self.gain * self.weight / (1.0 + self.weight)
 
     @property
     def why(self) -> str:
+        if self.here:
+            return (f"replayed the path an earlier session of {self.path.operator} took from "
+                    f"this very kernel to its best (case:{self.path.best_case_id}, "
+                    f"{self.path.speedup:.2f}x over this start there)")  # fmt: skip
         return (f"replayed the path of {self.path.operator}'s best kernel (case:"
                 f"{self.path.best_case_id}, {self.path.speedup:.2f}x over its start; the "
                 f"{len(self.applied)} steps that apply here gained {math.exp(self.gained):.2f}x "
@@ -352,10 +378,21 @@ def replay_moves(situation: Situation, options: list[Candidate],
         family = 1.0 if path.family == situation.operator.family else OTHER_FAMILY_FACTOR
         weight = path.similarity * overlap(here, kernel_features(path.start_source)) * family
         best_prior = max(prior(move_of(step.label), order) for step in applied)
-        replay = Replay(candidate, path, tuple(applied), weight, best_prior)
+        from_here = found_from_this_start(path, situation)
+        replay = Replay(candidate, path, tuple(applied), 1.0 if from_here else weight, best_prior,
+                        from_here)  # fmt: skip
         if weight > 0 and replay.gain > 0 and lowerings <= names:
             replays.append(replay)
     return replays
+
+
+def found_from_this_start(path: Path, situation: Situation) -> bool:
+    """Whether `path` was found from the very kernel the incumbent is: this operator version's
+    starting kernel, on this target."""
+    incumbent = situation.incumbent
+    return (incumbent is not None and path.version_id == situation.operator.version_id
+            and path.target == situation.target
+            and path.start_source == incumbent.candidate.source)  # fmt: skip
 
 
 def at_start(case_id: int) -> bool:
@@ -497,14 +534,7 @@ def gather_evidence(situation: Situation) -> list[Evidence]:
 
 
 def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evidence | None:
-    case_id = id_in_key(hit.key, "case")
-    if hit.kind != "case" or case_id is None:
-        return None
-    case = (
-        Case.objects.filter(pk=case_id)
-        .select_related("version__operator", "parent__source")
-        .first()
-    )
+    case = case_of_hit(hit)
     if case is None or case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
     incumbent = situation.incumbent
@@ -531,6 +561,53 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
         return Evidence(hit.key, move, FAILURE_GAIN, weight,
                         f"{where} was {case.outcome} after {move}")  # fmt: skip
     return None
+
+
+def measured_from_here(situation: Situation) -> Measured:
+    """The retrieved cases of earlier sessions that were made from this very kernel (the
+    incumbent's operator version, target, source, flags and threads), by the kernel each made:
+    the gain the evaluator measured then, capped like any case's. This session's own cases are
+    left out: what it tried on the incumbent it does not try again."""
+    incumbent = situation.incumbent
+    measured: Measured = {}
+    if incumbent is None:
+        return measured
+    for hit in situation.retrieved:
+        case = case_of_hit(hit)
+        if case is None or not made_from_this_kernel(case, situation):
+            continue
+        if case.correct and case.speedup_vs_parent:
+            gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
+            what = f"ran {case.speedup_vs_parent:.2f}x as fast as this kernel"
+        elif case.outcome in FAILED_OUTCOMES:
+            gain, what = FAILURE_GAIN, f"was {case.outcome}"
+        else:
+            continue
+        why = (f"{hit.key}: {first_line(case.strategy)} on this very kernel, in session "
+               f"{case.session_id}, {what}")  # fmt: skip
+        kernel = candidate_of_case(case).kernel_key
+        measured.setdefault(kernel, []).append(Evidence(hit.key, case.strategy, gain, 1.0, why))
+    return measured
+
+
+def case_of_hit(hit: Hit) -> Case | None:
+    case_id = id_in_key(hit.key, "case")
+    if hit.kind != "case" or case_id is None:
+        return None
+    return (Case.objects.filter(pk=case_id)
+            .select_related("version__operator", "source", "parent__source").first())  # fmt: skip
+
+
+def made_from_this_kernel(case: Case, situation: Situation) -> bool:
+    incumbent = situation.incumbent
+    parent = case.parent
+    if incumbent is None or parent is None or parent.source is None or case.source is None:
+        return False
+    return (case.session_id != situation.session_id
+            and case.version_id == situation.operator.version_id
+            and case.target == situation.target
+            and parent.source.text == incumbent.candidate.source
+            and candidate_of_case(parent).kernel_key == incumbent.candidate.kernel_key)  # fmt: skip
 
 
 def evidence_for(move: str, evidence: list[Evidence]) -> float:
@@ -592,15 +669,19 @@ def loop_number(loop: str) -> int:
 
 
 Score = tuple[float, float, float]
+Measured = dict[KernelKey, list[Evidence]]
 
 
 def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
-              order: tuple[str, ...], replays: dict[str, Replay]) -> Score:  # fmt: skip
+              order: tuple[str, ...], replays: dict[str, Replay],
+              measured: Measured | None = None) -> Score:  # fmt: skip
     tie_break = random.Random(f"{seed}:{candidate.strategy}").random()  # noqa: S311
+    here = (measured or {}).get(candidate.kernel_key)
+    measured_gain = statistics.fmean(e.gain for e in here) if here else 0.0
     if candidate.strategy in replays:
-        return (replays[candidate.strategy].score, 0.0, tie_break)
+        return (replays[candidate.strategy].score + measured_gain, 0.0, tie_break)
     move = move_of(candidate.strategy)
-    score = prior(move, order) + evidence_for(move, evidence)
+    score = prior(move, order) + evidence_for(move, evidence) + measured_gain
     dropped = flags_dropped_by(candidate.strategy)
     if dropped is not None:  # what memory says against a flag set speaks for taking it out
         score -= evidence_for(f"flags(set={dropped})", evidence)

@@ -40,6 +40,8 @@ class Path:
     similarity: float  # that hit's retrieval similarity
     operator: str
     family: str
+    version_id: int
+    target: str
     best_case_id: int
     start_source: str
     steps: tuple[Step, ...]  # from the start to the best kernel
@@ -111,7 +113,8 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
-        operator=operator.slug, family=operator.family, best_case_id=best.pk,
+        operator=operator.slug, family=operator.family, version_id=case.version_id,
+        target=case.target, best_case_id=best.pk,
         start_source=start.source.text, steps=steps, speedup=start.latency_ms / best.latency_ms,
     )  # fmt: skip
 

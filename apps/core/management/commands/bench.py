@@ -37,6 +37,9 @@ class Command(BaseCommand):
             "--timed-calls", type=int, default=30, help="kernels: timed calls per evaluation"
         )
         parser.add_argument("--out", default="", help="kernels: folder for the Markdown and CSV")
+        parser.add_argument(
+            "--team", default="", help="kernels: run in this team (slug), with what it knows"
+        )
         # One candidate only: for the test that the command works, not for measuring.
         parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
 
@@ -68,6 +71,7 @@ def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
         rounds=options["rounds"],
         repeats=options["timed_calls"],
         out_dir=Path(options["out"]) if options["out"] else None,
+        team=options["team"] or None,
     )
     return BENCHMARKS | {
         "retrieval": retrieval_benchmark_for(options["cases"]),

@@ -1,0 +1,152 @@
+"""What an earlier session measured on this very kernel: the offline policy makes a kernel that
+paid from it again first, does not try a loser again first, and replays the operator's own
+earlier path from its start ahead of a path found on another operator."""
+
+from __future__ import annotations
+
+from apps.accounts.models import Team
+from apps.agents.offline.policy import OfflineSearchPolicy, measured_from_here, moves
+from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
+from apps.devices.services import kernel_source_store
+from apps.memory.journal import journal_append
+from apps.memory.models import Case
+from apps.memory.retrieval import Hit
+from apps.runs.models import OptimizationSession
+from tests.agents.test_replay import naive
+from tests.factories import stored_builtin
+
+POOL_PARALLEL = "omp_parallel_for(loop=L0, schedule=static)"
+FAMILIES = {"avg_pool2d": "convolution", "layernorm": "normalization"}
+
+
+class Run:
+    """One operator in one session, each candidate made by the policy's own moves from the
+    incumbent and recorded as the loop records it (proposed with its flags and threads, then
+    its case)."""
+
+    def __init__(self, team: Team, slug: str) -> None:
+        self.team, self.slug = team, slug
+        self.version = stored_builtin(slug)
+        self.session = OptimizationSession.objects.create(team=team, target="cpu-c",
+                                                          memory_mode="read_write")  # fmt: skip
+        self.iteration, self.latency = 0, 100.0
+        self.kernel = Candidate(naive(slug), "starting kernel")
+        self.case = self.record(self.kernel, "no_change", self.latency, parent=None)
+        self.start = self.case
+
+    def situation(self, retrieved: list[Hit] | None = None) -> Situation:
+        incumbent = Attempt(self.case, self.kernel, "no_change", True, self.latency, "")
+        brief = OperatorBrief(self.slug, self.slug, FAMILIES[self.slug], "", self.version.pk,
+                              1e-3, 1e-3)  # fmt: skip
+        return Situation(session_id=self.session.pk, team_id=self.team.pk, target="cpu-c",
+                         operator=brief, stage="optimization", iteration=self.iteration,
+                         rounds_left=4, incumbent=incumbent, latest=incumbent,
+                         tried=frozenset(), context=None, retrieved=retrieved or [])  # fmt: skip
+
+    def grow(self, strategy: str, speedup: float) -> int:
+        """The move `strategy` of the incumbent, `speedup` times as fast; it becomes the
+        incumbent when faster."""
+        [made] = [c for c in moves(self.situation()) if c.strategy == strategy]
+        latency = self.latency / speedup
+        case = self.record(made, "improved" if speedup > 1 else "regressed", latency,
+                           parent=self.case, speedup_vs_parent=speedup)  # fmt: skip
+        if speedup > 1:
+            self.case, self.kernel, self.latency = case, made, latency
+        return case
+
+    def record(self, kernel: Candidate, outcome: str, latency: float, parent: int | None,
+               **more: object) -> int:  # fmt: skip
+        sha = kernel_source_store(kernel.source).sha256
+        journal_append(session_id=self.session.pk, kind="candidate_proposed", payload={
+            "operator": self.slug, "iteration": self.iteration, "strategy": kernel.strategy,
+            "source_sha256": sha, "parent_case_id": parent, "flags": list(kernel.flags),
+            "threads": kernel.threads, "adopted": [], "retrieved": [],
+            "rationale": ""})  # fmt: skip
+        event = journal_append(session_id=self.session.pk, kind="case_recorded", payload={
+            "version_id": self.version.pk, "target": "cpu-c", "correct": True,
+            "iteration": self.iteration, "strategy": kernel.strategy, "outcome": outcome,
+            "latency_ms": latency, "source_sha256": sha, "parent_case_id": parent,
+            **more})  # fmt: skip
+        self.iteration += 1
+        return event.pk
+
+
+def hit(case_id: int, similarity: float = 0.8) -> Hit:
+    return Hit(key=f"case:{case_id}", kind="case", text="", provenance={},
+               scores={"similarity": similarity, "downstream": 0.0, "value": 0.0,
+                       "rank_score": similarity})  # fmt: skip
+
+
+def propose(situation: Situation) -> Proposal:
+    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+    assert proposal.candidate is not None
+    return proposal
+
+
+def first_move(situation: Situation) -> str:
+    candidate = propose(situation).candidate
+    assert candidate is not None
+    return candidate.strategy
+
+
+def test_a_kernel_an_earlier_session_made_from_this_very_kernel_is_made_again_first(
+    team: Team,
+) -> None:
+    earlier = Run(team, "avg_pool2d")
+    parallel = earlier.grow(POOL_PARALLEL, 1.99)
+    now = Run(team, "avg_pool2d")
+    assert first_move(now.situation()) == "flags(set=fast_math)", "the prior's first move"
+
+    proposal = propose(now.situation([hit(parallel)]))
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.kernel_key == earlier.kernel.kernel_key
+    [adopted] = [a for a in proposal.adopted if a["key"] == f"case:{parallel}"]
+    assert f"on this very kernel, in session {earlier.session.pk}, ran 1.99x" in adopted["why"]
+
+
+def test_a_kernel_that_lost_to_this_very_kernel_before_is_not_made_first(team: Team) -> None:
+    earlier = Run(team, "avg_pool2d")
+    slowed = earlier.grow("flags(set=fast_math)", 0.63)
+
+    now = Run(team, "avg_pool2d").situation([hit(slowed)])
+
+    assert first_move(now) != "flags(set=fast_math)"
+
+
+def test_the_same_source_under_other_flags_or_in_this_session_is_another_kernel(
+    team: Team,
+) -> None:
+    earlier = Run(team, "avg_pool2d")
+    earlier.grow("flags(set=fast_math)", 1.2)
+    parallel_with_flags = earlier.grow(POOL_PARALLEL, 1.9)
+    now = Run(team, "avg_pool2d")
+    own = now.grow("restrict_pointers()", 0.9)  # a loser of this session: it was tried
+
+    measured = measured_from_here(now.situation([hit(parallel_with_flags), hit(own)]))
+
+    assert measured == {}
+    assert measured_from_here(now.situation([hit(own)])) == {}
+
+
+def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(team: Team) -> None:
+    """avg_pool2d's own path (parallel loop, then -ffp-contract), retrieved with a low
+    similarity, against layernorm's path, retrieved with a high one: layernorm's path gained
+    more there, but avg_pool2d's gains were measured on this very kernel."""
+    foreign = Run(team, "layernorm")
+    foreign.grow("flags(set=fast_math)", 3.0)
+    foreign_best = foreign.grow(POOL_PARALLEL, 1.6)
+    earlier = Run(team, "avg_pool2d")
+    earlier.grow(POOL_PARALLEL, 1.99)
+    own_best = earlier.grow("flags(set=fp_contract)", 1.05)
+    now = Run(team, "avg_pool2d")
+
+    proposal = propose(now.situation([hit(foreign_best, 0.95), hit(own_best, 0.3)]))
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy.startswith(f"replay(case={own_best}): ")
+    assert proposal.candidate.kernel_key == earlier.kernel.kernel_key
+    [adopted] = proposal.adopted
+    assert adopted["key"] == f"case:{own_best}"
+    assert "took from this very kernel to its best" in adopted["why"]
+    assert Case.objects.get(pk=own_best).parent_id is not None
