@@ -295,6 +295,41 @@ def test_a_flag_set_a_replayed_path_brought_in_is_taken_out_before_the_finer_too
     assert next_move is not None and next_move.strategy != "drop_flags(set=fast_math)"
 
 
+def test_a_flag_set_that_vectorizes_math_calls_is_taken_out_last(team: Team) -> None:
+    """softmax_rows after a path that brought -ffast-math: without it gcc cannot call the
+    vector math library for expf, so taking it out comes after every finer tool."""
+    steps = ROW_SUM_PATH[1:2]
+    softmax = Tree(team, "softmax_rows")
+    replayed = softmax.grow(replay_label(1, [ROW_SUM_PATH[0], *steps]), 7.0)
+    source = naive("softmax_rows")
+    for step in steps:
+        source = apply(strategy_from_label(step), source)
+    incumbent = Attempt(replayed, Candidate(source, "replayed", ("-ffast-math",), 2),
+                        "improved", True, 6.0, "")  # fmt: skip
+    brief = OperatorBrief("softmax_rows", "softmax_rows", "normalization", "",
+                          softmax.version.pk, 1e-3, 1e-3)  # fmt: skip
+    situation = Situation(session_id=softmax.session.pk, team_id=team.pk, target="cpu-c",
+                          operator=brief, stage="optimization", iteration=2, rounds_left=9,
+                          incumbent=incumbent, latest=incumbent, tried=frozenset(),
+                          context=None, retrieved=[])  # fmt: skip
+
+    order = moves_in_order(situation)
+
+    assert order.index("drop_flags(set=fast_math)") > order.index("restrict_pointers()")
+    assert order.index("drop_flags(set=fast_math)") > order.index("flags(set=unroll_loops)")
+
+
+def moves_in_order(situation: Situation) -> list[str]:
+    """The strategies the policy proposes from one incumbent, each tried in turn."""
+    order: list[str] = []
+    while True:
+        proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+        if proposal.candidate is None:
+            return order
+        order.append(proposal.candidate.strategy)
+        situation = replace(situation, tried=situation.tried | {proposal.candidate.strategy})
+
+
 def test_a_flag_set_the_kernel_took_on_its_own_is_not_taken_out(team: Team) -> None:
     """Its own round timed it: it paid here."""
     pool = pool_after_a_replay(team, retrieved=[])

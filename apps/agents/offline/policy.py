@@ -26,8 +26,8 @@ replay.py): every step of a similar operator's path to its best kernel that appl
 step on a loop, on the loop that plays the same role here), as one candidate, scored by that
 path's gain weighted like a case's evidence. A flag set that came in with a replayed path was
 only timed together with the path's other steps, so taking it out again (`drop_flags`) is a
-move of its own: after the float accumulator in the prior, higher the more memory says the
-flag set slowed similar kernels.
+move of its own: after the float accumulator in the prior (last of all on a kernel that calls
+the math library), higher the more memory says the flag set slowed similar kernels.
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -105,7 +105,8 @@ PRIOR_ORDER = (
 # call to the math library or a float reduction. A streaming loop gcc -O3 vectorizes already;
 # there the parallel loop comes first.
 REORDERING_FLAGS = ("flags(set=fast_math)", "flags(set=fp_contract)")
-REORDERING_PAYS_ON = frozenset({"math-calls", "reduction"})
+MATH_CALLS = "math-calls"
+REORDERING_PAYS_ON = frozenset({MATH_CALLS, "reduction"})
 PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
 FAILURE_GAIN = -1.0
@@ -621,6 +622,10 @@ def evidence_for(move: str, evidence: list[Evidence]) -> float:
 
 
 def prior_order(features: frozenset[str]) -> tuple[str, ...]:
+    if MATH_CALLS in features:
+        # -ffast-math is what lets gcc call the vector math library: taken out again, the
+        # softmaxes and gelu ran 4-10x slower (nine rounds of a suite run spent on it)
+        return (*(move for move in PRIOR_ORDER if move != DROP_FLAGS), DROP_FLAGS)
     if features & REORDERING_PAYS_ON:
         return PRIOR_ORDER
     rest = [move for move in PRIOR_ORDER if move not in REORDERING_FLAGS]
