@@ -5,7 +5,12 @@ earlier path from its start ahead of a path found on another operator."""
 from __future__ import annotations
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import OfflineSearchPolicy, measured_from_here, moves
+from apps.agents.offline.policy import (
+    OfflineSearchPolicy,
+    measured_from_here,
+    moves,
+    retrieved_cases,
+)
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
@@ -123,10 +128,11 @@ def test_the_same_source_under_other_flags_or_in_this_session_is_another_kernel(
     now = Run(team, "avg_pool2d")
     own = now.grow("restrict_pointers()", 0.9)  # a loser of this session: it was tried
 
-    measured = measured_from_here(now.situation([hit(parallel_with_flags), hit(own)]))
+    both = now.situation([hit(parallel_with_flags), hit(own)])
+    only_own = now.situation([hit(own)])
 
-    assert measured == {}
-    assert measured_from_here(now.situation([hit(own)])) == {}
+    assert measured_from_here(both, retrieved_cases(both.retrieved)) == {}
+    assert measured_from_here(only_own, retrieved_cases(only_own.retrieved)) == {}
 
 
 def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(team: Team) -> None:

@@ -50,6 +50,7 @@ from apps.agents.offline.replay import (
     DROP_FLAGS,
     Path,
     Step,
+    case_of,
     fits,
     flags_dropped_by,
     head_of,
@@ -79,7 +80,6 @@ from apps.agents.policy import (
     Tools,
     candidate_of_case,
 )
-from apps.memory.keys import id_in_key
 from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
@@ -153,8 +153,9 @@ class OfflineSearchPolicy:
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried or makes a kernel already run")  # fmt: skip
-        evidence = gather_evidence(situation)
-        measured = measured_from_here(situation)
+        cases = retrieved_cases(situation.retrieved)
+        evidence = gather_evidence(situation, cases)
+        measured = measured_from_here(situation, cases)
         worn = worn_moves(situation)
         source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
@@ -523,10 +524,18 @@ def speaks_for(evidence_move: str, move: str) -> bool:
     return evidence_move in (move, move.split("(", 1)[0])
 
 
-def gather_evidence(situation: Situation) -> list[Evidence]:
+RetrievedCases = list[tuple[Hit, Case]]
+
+
+def retrieved_cases(hits: list[Hit]) -> RetrievedCases:
+    """The retrieved cases, each read once, with the hit that brought it."""
+    return [(hit, case) for hit in hits if (case := case_of(hit)) is not None]
+
+
+def gather_evidence(situation: Situation, cases: RetrievedCases) -> list[Evidence]:
     assert situation.incumbent is not None
     here = kernel_features(situation.incumbent.candidate.source)
-    evidence = [e for hit in situation.retrieved if (e := case_evidence(hit, situation, here))]
+    evidence = [e for hit, case in cases if (e := case_evidence(hit, case, situation, here))]
     for rule in situation.hot_rules:
         move = move_of(rule["statement"])
         evidence.append(Evidence(rule["key"], move, RULE_BONUS, 1.0,
@@ -534,9 +543,9 @@ def gather_evidence(situation: Situation) -> list[Evidence]:
     return evidence
 
 
-def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evidence | None:
-    case = case_of_hit(hit)
-    if case is None or case.parent is None or case.parent.source is None:
+def case_evidence(hit: Hit, case: Case, situation: Situation,
+                  here: frozenset[str]) -> Evidence | None:  # fmt: skip
+    if case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
     incumbent = situation.incumbent
     if incumbent is not None and case.parent.source.text == incumbent.candidate.source:
@@ -553,18 +562,29 @@ def case_evidence(hit: Hit, situation: Situation, here: frozenset[str]) -> Evide
     if case.feedback.get("same_binary"):
         return Evidence(hit.key, move, 0.0, weight,
                         f"{where} compiled to its parent's very binary with {move}")  # fmt: skip
+    gain = case_gain(case)
+    if gain is None:
+        return None
     if case.correct and case.speedup_vs_parent:
-        gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
         verb = "improved" if gain > 0 else "slowed"
         return Evidence(hit.key, move, gain, weight,
                         f"{where} {verb} {case.speedup_vs_parent:.2f}x with {move}")  # fmt: skip
+    return Evidence(hit.key, move, gain, weight,
+                    f"{where} was {case.outcome} after {move}")  # fmt: skip
+
+
+def case_gain(case: Case) -> float | None:
+    """What a case says of its strategy: ln of its speedup over its parent, capped at
+    MAX_GAIN either way, or FAILURE_GAIN when it broke the kernel; None when it says nothing
+    (not timed)."""
+    if case.correct and case.speedup_vs_parent:
+        return max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
     if case.outcome in FAILED_OUTCOMES:
-        return Evidence(hit.key, move, FAILURE_GAIN, weight,
-                        f"{where} was {case.outcome} after {move}")  # fmt: skip
+        return FAILURE_GAIN
     return None
 
 
-def measured_from_here(situation: Situation) -> Measured:
+def measured_from_here(situation: Situation, cases: RetrievedCases) -> Measured:
     """The retrieved cases of earlier sessions that were made from this very kernel (the
     incumbent's operator version, target, source, flags and threads), by the kernel each made:
     the gain the evaluator measured then, capped like any case's. This session's own cases are
@@ -573,30 +593,19 @@ def measured_from_here(situation: Situation) -> Measured:
     measured: Measured = {}
     if incumbent is None:
         return measured
-    for hit in situation.retrieved:
-        case = case_of_hit(hit)
-        if case is None or not made_from_this_kernel(case, situation):
+    for hit, case in cases:
+        gain = case_gain(case)
+        if gain is None or not made_from_this_kernel(case, situation):
             continue
         if case.correct and case.speedup_vs_parent:
-            gain = max(-MAX_GAIN, min(MAX_GAIN, math.log(case.speedup_vs_parent)))
             what = f"ran {case.speedup_vs_parent:.2f}x as fast as this kernel"
-        elif case.outcome in FAILED_OUTCOMES:
-            gain, what = FAILURE_GAIN, f"was {case.outcome}"
         else:
-            continue
+            what = f"was {case.outcome}"
         why = (f"{hit.key}: {first_line(case.strategy)} on this very kernel, in session "
                f"{case.session_id}, {what}")  # fmt: skip
         kernel = candidate_of_case(case).kernel_key
         measured.setdefault(kernel, []).append(Evidence(hit.key, case.strategy, gain, 1.0, why))
     return measured
-
-
-def case_of_hit(hit: Hit) -> Case | None:
-    case_id = id_in_key(hit.key, "case")
-    if hit.kind != "case" or case_id is None:
-        return None
-    return (Case.objects.filter(pk=case_id)
-            .select_related("version__operator", "source", "parent__source").first())  # fmt: skip
 
 
 def made_from_this_kernel(case: Case, situation: Situation) -> bool:

@@ -93,7 +93,8 @@ def case_of(hit: Hit) -> Case | None:
     case_id = id_in_key(hit.key, "case")
     if hit.kind != "case" or case_id is None:
         return None
-    return Case.objects.filter(pk=case_id).select_related("version__operator").first()
+    return (Case.objects.filter(pk=case_id)
+            .select_related("version__operator", "source", "parent__source").first())  # fmt: skip
 
 
 def best_path(case: Case, hit: Hit) -> Path | None:
