@@ -7,6 +7,7 @@ from __future__ import annotations
 from apps.accounts.models import Team
 from apps.agents.offline.policy import (
     OfflineSearchPolicy,
+    gather_evidence,
     measured_from_here,
     moves,
     retrieved_cases,
@@ -21,7 +22,7 @@ from tests.agents.test_replay import naive
 from tests.factories import stored_builtin
 
 POOL_PARALLEL = "omp_parallel_for(loop=L0, schedule=static)"
-FAMILIES = {"avg_pool2d": "convolution", "layernorm": "normalization"}
+FAMILIES = {"avg_pool2d": "convolution", "layernorm": "normalization", "gelu": "activation"}
 
 
 class Run:
@@ -156,3 +157,26 @@ def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(team:
     assert adopted["key"] == f"case:{own_best}"
     assert "took from this very kernel to its best" in adopted["why"]
     assert Case.objects.get(pk=own_best).parent_id is not None
+
+
+def test_what_a_flag_set_did_to_this_very_source_under_other_flags_is_evidence(
+    team: Team,
+) -> None:
+    """gelu: an earlier session took -ffast-math out of the naive source again and ran 10x
+    slower. The incumbent now is that source under other flags: not the kernel that was
+    measured, but the same move on the same code."""
+    earlier = Run(team, "gelu")
+    earlier.grow("flags(set=fast_math)", 5.0)
+    dropped = earlier.record(Candidate(naive("gelu"), "drop_flags(set=fast_math)"), "regressed",
+                             earlier.latency * 10, parent=earlier.case,
+                             speedup_vs_parent=0.1)  # fmt: skip
+    now = Run(team, "gelu")
+    now.grow("flags(set=fast_math)", 5.0)
+    now.grow("flags(set=unroll_loops)", 1.1)
+    here = now.situation([hit(dropped)])
+
+    evidence = gather_evidence(here, retrieved_cases(here.retrieved))
+
+    [drop] = [e for e in evidence if e.key == f"case:{dropped}"]
+    assert drop.move == "drop_flags(set=fast_math)" and drop.says < 0
+    assert "slowed 0.10x" in drop.why

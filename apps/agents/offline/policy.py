@@ -503,6 +503,7 @@ def strategy_name(label: str) -> str:
 # did for gelu's expf says nothing about -funroll-loops, while a tile of 32 or of 64 is the
 # same idea.
 KIND_PARAMS = {"flags": "set", DROP_FLAGS: "set"}
+FLAG_MOVES = frozenset(KIND_PARAMS)
 
 
 def move_of(label: str) -> str:
@@ -548,12 +549,14 @@ def case_evidence(hit: Hit, case: Case, situation: Situation,
     if case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
     incumbent = situation.incumbent
-    if incumbent is not None and case.parent.source.text == incumbent.candidate.source:
-        # Made from this very kernel: its own strategy is tried already, and what it did says
-        # nothing sure about the same strategy on another loop of it (the inner loop's
-        # parallel region lost 7x on gather_rows; the outer one's gained 1.8x).
-        return None
     move = move_of(case.strategy)
+    if (incumbent is not None and case.parent.source.text == incumbent.candidate.source
+            and strategy_name(move) not in FLAG_MOVES):  # fmt: skip
+        # Made from this very source: what a loop move did says nothing sure about the same
+        # move on another loop of it (the inner loop's parallel region lost 7x on
+        # gather_rows; the outer one's gained 1.8x). A flag set is the same move on any
+        # flags, so its record here is the surest evidence there is.
+        return None
     operator = case.version.operator
     family = 1.0 if operator.family == situation.operator.family else OTHER_FAMILY_FACTOR
     alike = overlap(here, kernel_features(case.parent.source.text))
