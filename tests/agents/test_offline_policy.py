@@ -189,14 +189,32 @@ def test_a_flag_set_that_another_one_includes_is_not_offered() -> None:
     ]
 
 
-def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) -> None:
-    """After its scores' GEMM and -ffast-math, with interchange and a tile of 32 lost: each of
-    its accumulators is a round, the private parallel region is 2x on two cores."""
+def lowered_attention() -> str:
+    """attention's scores and its sums over values, each by one GEMM."""
+    scores_by_gemm = apply(strategy_from_label("dots_by_gemm(kc=512, loop=L2)"),
+                           naive("attention"))  # fmt: skip
+    return apply(strategy_from_label("weighted_sums_by_gemm(kc=512, loop=L5)"), scores_by_gemm)
+
+
+def test_attention_s_sums_over_values_are_computed_by_a_gemm_after_its_scores(
+    team: Team,
+) -> None:
     start = situation(team, "attention", "attention", [])
     assert start.incumbent is not None
     scores_by_gemm = apply(strategy_from_label("dots_by_gemm(kc=512, loop=L2)"),
                            naive("attention"))  # fmt: skip
-    fast = Candidate(scores_by_gemm, "flags(set=fast_math)", ("-ffast-math",))
+    lowered = Candidate(scores_by_gemm, "dots_by_gemm(kc=512, loop=L2)")
+    after_scores = replace(start, incumbent=replace(start.incumbent, candidate=lowered))
+
+    assert first_move(after_scores) == "weighted_sums_by_gemm(kc=512, loop=L5)"
+
+
+def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) -> None:
+    """After its two GEMMs and -ffast-math, with interchange and a tile of 32 lost: each of
+    its accumulators is a round, the private parallel region is 2x on two cores."""
+    start = situation(team, "attention", "attention", [])
+    assert start.incumbent is not None
+    fast = Candidate(lowered_attention(), "flags(set=fast_math)", ("-ffast-math",))
     after_fast_math = replace(
         start, incumbent=replace(start.incumbent, candidate=fast),
         lost=frozenset({"interchange(loop=L5)", "tile(loop=L5, size=32)"}),
@@ -252,14 +270,15 @@ def test_what_walks_memory_worse_comes_last(team: Team) -> None:
     """Attention's `for j for e: acc[e] += p[j] * v[j*d + e]` interchanged runs j innermost,
     down v's columns (2x slower); tiled, it only runs shorter inner loops (1.2x slower). Each
     was the first round of an attention session. (Causal attention's j stops at i: no tile.)
-    Its scores' GEMM comes first; the GEMM's other slabs, worn then, come after the fresh
-    moves but before these."""
+    Its two GEMMs come first; their other slabs, worn then, come after the fresh moves but
+    before these."""
     attention = [c.strategy for c in every_proposal(situation(team, "attention", "attention",
                                                               []))]  # fmt: skip
     causal = [c.strategy for c in every_proposal(situation(team, "causal_attention", "attention",
                                                            []))]  # fmt: skip
 
-    assert attention[:2] == causal[:2] == ["dots_by_gemm(kc=512, loop=L2)",
+    assert attention[:3] == causal[:3] == ["dots_by_gemm(kc=512, loop=L2)",
+                                           "weighted_sums_by_gemm(kc=512, loop=L6)",
                                            "flags(set=fast_math)"]  # fmt: skip
     assert attention[-4:] == ["interchange(loop=L6)", "tile(loop=L6, size=32)",
                               "tile(loop=L6, size=64)", "tile(loop=L6, size=16)"]  # fmt: skip

@@ -17,9 +17,10 @@ from apps.operators.builtin_suite import read_builtin_suite
 from apps.runs.models import OptimizationSession
 from tests.factories import stored_builtin
 
-ATTENTION_PATH = ["dots_by_gemm(kc=512, loop=L2)", "flags(set=fast_math)",
-                  "float_accumulator(loop=L3)", "omp_parallel_private(loop=L0)"]  # fmt: skip
 LOWERED = "dots_by_gemm(kc=512, loop=L2)"  # attention's scores by one GEMM, its first round
+WEIGHTED = "weighted_sums_by_gemm(kc=512, loop=L5)"  # its sums over values by one, the second
+ATTENTION_PATH = [LOWERED, WEIGHTED, "flags(set=fast_math)", "float_accumulator(loop=L3)",
+                  "omp_parallel_private(loop=L0)"]  # fmt: skip
 
 
 def naive(slug: str) -> str:
@@ -67,17 +68,18 @@ def attention_tree(team: Team) -> tuple[Tree, int]:
     """attention's path to its best kernel, and a regressed try off it (the retrieved one)."""
     tree = Tree(team, "attention")
     tree.grow(ATTENTION_PATH[0], 2.5)
-    tree.grow(ATTENTION_PATH[1], 2.4)
+    tree.grow(ATTENTION_PATH[1], 1.5)
+    tree.grow(ATTENTION_PATH[2], 2.4)
     off_path = tree.grow("interchange(loop=L5)", 0.5)
-    tree.grow(ATTENTION_PATH[2], 1.06)
-    tree.grow(ATTENTION_PATH[3], 4.0)
+    tree.grow(ATTENTION_PATH[3], 1.06)
+    tree.grow(ATTENTION_PATH[4], 4.0)
     return tree, off_path
 
 
 def lowered(slug: str) -> str:
-    """The kernel after its first round, which lowers the scores to a GEMM (a lowering not
-    made does not let a path that lacks it be replayed)."""
-    return apply(strategy_from_label(LOWERED), naive(slug))
+    """The kernel after its first two rounds, which lower the scores and the sums over values
+    to GEMMs (a lowering not made does not let a path that lacks it be replayed)."""
+    return apply(strategy_from_label(WEIGHTED), apply(strategy_from_label(LOWERED), naive(slug)))
 
 
 def at_start_of(team: Team, slug: str, retrieved: list[Hit], start: str = "") -> Situation:
@@ -115,7 +117,7 @@ def test_a_similar_operator_s_path_is_replayed_on_the_start_as_one_candidate(tea
     assert candidate.threads == (os.cpu_count() or 1)
     assert [a["key"] for a in proposal.adopted] == [f"case:{retrieved}"]
     assert "attention's best kernel" in proposal.adopted[0]["why"]
-    assert "the 4 steps that apply here gained 25.44x there" in proposal.adopted[0]["why"]
+    assert "the 5 steps that apply here gained 38.16x there" in proposal.adopted[0]["why"]
 
 
 def test_a_path_is_only_replayed_from_the_start(team: Team) -> None:
@@ -138,6 +140,7 @@ def test_steps_that_do_not_apply_here_are_left_out_and_one_step_is_no_replay(tea
     tree = Tree(team, "attention")
     tree.grow(LOWERED, 2.0)
     tree.grow("tile(loop=L5, size=32)", 1.5)
+    tree.grow(WEIGHTED, 1.5)
     tree.grow("flags(set=fast_math)", 2.0)
     best = tree.grow("float_accumulator(loop=L3)", 1.2)
     causal = at_start_of(team, "causal_attention", [hit(best)])
@@ -146,15 +149,16 @@ def test_steps_that_do_not_apply_here_are_left_out_and_one_step_is_no_replay(tea
     assert proposal.candidate is not None
     assert steps_of(proposal.candidate.strategy) == [
         LOWERED,
+        WEIGHTED,
         "flags(set=fast_math)",
         "float_accumulator(loop=L3)",
     ]
-    assert "3 steps that apply here gained 4.80x there" in proposal.adopted[0]["why"]
+    assert "4 steps that apply here gained 7.20x there" in proposal.adopted[0]["why"]
 
     fast_math_broke = replace(causal, broke=frozenset({"flags(set=fast_math)"}))
     candidate = propose(fast_math_broke).candidate
     assert candidate is not None
-    assert steps_of(candidate.strategy) == [LOWERED, "float_accumulator(loop=L3)"]
+    assert steps_of(candidate.strategy) == [LOWERED, WEIGHTED, "float_accumulator(loop=L3)"]
 
     only_the_tile_left = Tree(team, "attention")
     only_the_tile_left.grow(LOWERED, 2.0)
@@ -170,7 +174,7 @@ def test_a_path_through_a_replayed_kernel_lists_the_steps_it_applied(team: Team)
 
     [path] = paths([hit(best)], session_id=0, version_id=0)
 
-    assert [step.label for step in path.steps] == ATTENTION_PATH[1:]
+    assert [step.label for step in path.steps] == ATTENTION_PATH[1:4]
     assert [round(step.gain, 3) for step in path.steps] == [0.458, 0.458, 0.642]  # ln 2.5 / 2
     assert path.best_case_id == best and path.operator == "causal_attention"
     assert round(path.speedup, 2) == 4.75

@@ -42,7 +42,7 @@ STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 # Strategies that never change what a kernel computes (beyond rounding).
 LEGAL = {
     "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
-    "unroll", "packed_gemm", "im2col_gemm", "dots_by_gemm",
+    "unroll", "packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gemm",
 }  # fmt: skip
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -375,6 +375,68 @@ def test_dots_by_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
         apply(make("dots_by_gemm", loop="L10", kc=512), lowered)
 
 
+def test_weighted_sums_by_gemm_computes_every_row_s_sums_by_one_gemm() -> None:
+    for operator in ("attention", "causal_attention"):
+        offered = [s.label() for s in strategies_for(operator)
+                   if s.name == "weighted_sums_by_gemm"]  # fmt: skip
+        assert offered == [f"weighted_sums_by_gemm(kc={kc}, loop=L6)" for kc in (128, 256, 512)]
+    result = apply(make("weighted_sums_by_gemm", loop="L6", kc=256), naive("attention"))
+    lowered, fallback = result[result.index("int kope_kernel(") :].split("} else {")
+    first, second = lowered.split("kope_packed_gemm(sq, d, skv, kope_weights, skv, 1, vh, d, 1, "
+                                  "kope_sums, d, 256);")  # fmt: skip
+    assert "for (int64_t j = 0; j < skv; ++j) kope_weights[i * skv + j] = (float)p[j];" in first
+    assert "kope_sum_rows[i] = sum;" in first and "acc[e]" not in first
+    assert "double sum = kope_sum_rows[i];" in second
+    # a scalar of the row's own that the rest reads is kept per row too
+    with_max = naive("attention").replace("(float)(acc[e] / sum)", "(float)(acc[e] / sum + max)")
+    kept = apply(make("weighted_sums_by_gemm", loop="L6", kc=256), with_max)
+    assert "double max = kope_max_rows[i];" in kept and "kope_max_rows[i] = max;" in kept
+    assert "outh[i * d + e] = (float)(kope_sums[i * d + e] / sum);" in second
+    assert "acc[e] += p[j] * vh[j * d + e];" in fallback  # no memory: as it was
+    assert "free(kope_sum_rows);" in fallback
+    causal = apply(make("weighted_sums_by_gemm", loop="L6", kc=128), naive("causal_attention"))
+    # row i weighs values 0..i: the rest of its row of weights is zero
+    assert ("for (int64_t j = 0; j <= i; ++j) kope_weights[i * s + j] = (float)p[j];\n"
+            in causal)  # fmt: skip
+    assert "memset(kope_weights + i * s + i + 1, 0, sizeof(float) * (size_t)(s - i - 1));" in (
+        causal
+    )
+
+
+def test_weighted_sums_by_gemm_refuses_a_row_loop_it_cannot_run_in_two_passes() -> None:
+    shapes = {
+        "not set acc[0..d) to 0": ("for (int64_t e = 0; e < d; ++e) acc[e] = 0.0;",
+                                   "for (int64_t e = 0; e < d; ++e) acc[e] = 1.0;"),
+        "is not one `acc[e] += w[j] * V[j,e];`": ("acc[e] += p[j] * vh[j * d + e];",
+                                                  "acc[e] += p[j] * vh[e];"),
+        "L1 leaves a row early": ("double sum = 0.0;",
+                                  "double sum = 0.0; if (max > 1e30) continue;"),
+        "reads the weights": ("(float)(acc[e] / sum)", "(float)(acc[e] / sum + p[0])"),
+        "acc is used before its sums are zeroed": ("double sum = 0.0;",
+                                                   "double sum = acc[0];"),
+        "vh change inside L1": ("double sum = 0.0;", "double sum = 0.0; vh = k;"),
+    }  # fmt: skip
+    assert_each_refused(make("weighted_sums_by_gemm", loop="L6", kc=128), naive("attention"),
+                        shapes, where="weighted_sums_by_gemm: loop L6 (line 48)")  # fmt: skip
+    scale_per_row = naive("attention").replace(
+        "double sum = 0.0;", "double sum = 0.0; scale *= 1.0;").replace(
+        "(float)(acc[e] / sum)", "(float)(acc[e] / sum * scale)")  # fmt: skip
+    with pytest.raises(TransformError, match="reads scale, which the row changes before them"):
+        apply(make("weighted_sums_by_gemm", loop="L6", kc=128), scale_per_row)
+    with pytest.raises(TransformError, match="not a statement of a row loop's body"):
+        apply(make("weighted_sums_by_gemm", loop="L0", kc=128), naive("attention"))
+    parallel = apply(make("omp_parallel_private", loop="L0"), naive("attention"))
+    with pytest.raises(TransformError, match="which has an omp pragma"):
+        apply(make("weighted_sums_by_gemm", loop="L6", kc=128), parallel)
+
+
+def test_weighted_sums_by_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
+    lowered = apply(make("weighted_sums_by_gemm", loop="L6", kc=512), naive("attention"))
+
+    offered = [s.label() for s in applicable(lowered) if s.name == "weighted_sums_by_gemm"]
+    assert offered == []
+
+
 def test_omp_parallel_private_gives_each_thread_its_own_scratch_buffers() -> None:
     for operator in ("attention", "causal_attention"):
         offered = [s.label() for s in strategies_for(operator) if s.name == "omp_parallel_private"]
@@ -611,7 +673,12 @@ PROBLEMS = {
         lambda rng: [floats(rng, 1, 2, 9, 13) for _ in range(3)], like(1, 2, 9, 13)
     ),
 }
+# attention's two lowerings and its heads on every core, as the offline policy makes them
+ATTENTION_CHAIN = ["dots_by_gemm(kc=128, loop=L2)", "weighted_sums_by_gemm(kc=128, loop=L5)",
+                   "omp_parallel_private(loop=L0)"]  # fmt: skip
 CHAINS = {
+    "attention": ATTENTION_CHAIN,
+    "causal_attention": ATTENTION_CHAIN,
     "gemm": ["accumulate_in_output(loop=L1)", "hoist_invariant(loop=L2)", "omp_simd(loop=L3)",
              "omp_parallel_for(loop=L0, schedule=static)"],
     "transpose_2d": ["tile(loop=L0, size=16)", "omp_parallel_for(collapse=2, loop=L0, "

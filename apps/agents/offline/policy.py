@@ -85,10 +85,11 @@ from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller, summarizer
 
 # A matrix product handed to the packed GEMM, a convolution lowered to one, a row loop's dot
-# products (attention's scores) computed by one first: each applies only to such nests,
+# products (attention's scores) or weighted sums (its probabilities times values) computed by
+# one: each applies only to such nests,
 # nothing else comes near it there, and a replayed path that did not make the lowering does
 # not stand in for it.
-LOWERINGS = ("packed_gemm", "im2col_gemm", "dots_by_gemm")
+LOWERINGS = ("packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gemm")
 # What tends to pay first on a CPU, best first: the lowerings, loop order and accumulation
 # (they unlock vectorization), flags that let gcc vectorize math, then threads (a loop that
 # uses scratch buffers gets a copy per thread: made parallel as it is, it races on them), then
