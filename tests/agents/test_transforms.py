@@ -412,6 +412,7 @@ def test_weighted_sums_by_gemm_refuses_a_row_loop_it_cannot_run_in_two_passes() 
         "L1 leaves a row early": ("double sum = 0.0;",
                                   "double sum = 0.0; if (max > 1e30) continue;"),
         "reads the weights": ("(float)(acc[e] / sum)", "(float)(acc[e] / sum + p[0])"),
+        "reads acc other than as acc[x]": ("(float)(acc[e] / sum)", "(float)(*acc / sum)"),
         "acc is used before its sums are zeroed": ("double sum = 0.0;",
                                                    "double sum = acc[0];"),
         "vh change inside L1": ("double sum = 0.0;", "double sum = 0.0; vh = k;"),
@@ -421,8 +422,13 @@ def test_weighted_sums_by_gemm_refuses_a_row_loop_it_cannot_run_in_two_passes() 
     scale_per_row = naive("attention").replace(
         "double sum = 0.0;", "double sum = 0.0; scale *= 1.0;").replace(
         "(float)(acc[e] / sum)", "(float)(acc[e] / sum * scale)")  # fmt: skip
-    with pytest.raises(TransformError, match="reads scale, which the row changes before them"):
+    with pytest.raises(TransformError, match="reads scale, which the row sets before them"):
         apply(make("weighted_sums_by_gemm", loop="L6", kc=128), scale_per_row)
+    row_array = naive("attention").replace(
+        "double sum = 0.0;", "double sum = 0.0; double two[2] = {1.0, 2.0};").replace(
+        "(float)(acc[e] / sum)", "(float)(acc[e] / sum * two[1])")  # fmt: skip
+    with pytest.raises(TransformError, match="reads two, which the row sets before them"):
+        apply(make("weighted_sums_by_gemm", loop="L6", kc=128), row_array)
     with pytest.raises(TransformError, match="not a statement of a row loop's body"):
         apply(make("weighted_sums_by_gemm", loop="L0", kc=128), naive("attention"))
     parallel = apply(make("omp_parallel_private", loop="L0"), naive("attention"))

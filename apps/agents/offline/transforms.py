@@ -262,6 +262,13 @@ def applicable(source: str) -> list[Strategy]:
     """Every strategy that applies to `source`, with concrete parameters, in a fixed order
     (strategy, then loop, then parameter values). A strategy whose result equals the source
     or an earlier strategy's result is left out."""
+    return list(_applicable(source))
+
+
+# The policy asks again on every round, and a kernel with twenty loops takes a second to try
+# every strategy on.
+@functools.lru_cache(maxsize=64)
+def _applicable(source: str) -> tuple[Strategy, ...]:
     kernel = _analyse(source)
     seen, found = {source}, []
     for strategy in _candidates(kernel):
@@ -272,7 +279,7 @@ def applicable(source: str) -> list[Strategy]:
         if result not in seen:
             seen.add(result)
             found.append(strategy)
-    return found
+    return tuple(found)
 
 
 def interchange_stride_gain(source: str, loop_id: str) -> int | None:
@@ -376,6 +383,11 @@ def _added_terms(node: Node, sign: int = 1) -> Iterator[tuple[Node, int]]:
 
 def apply(strategy: Strategy, source: str) -> str:
     """`source` transformed by `strategy`; TransformError when it does not apply."""
+    return _applied(strategy, source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _applied(strategy: Strategy, source: str) -> str:
     transform = _TRANSFORMS.get(strategy.name)
     if transform is None:
         raise TransformError(f"unknown strategy {strategy.name!r}")
@@ -2391,15 +2403,31 @@ def _row_fission(
     if accumulator in first_reads or {weights, accumulator} & later_writes:
         _fail(strategy, loop, f"{accumulator} is used before its sums are zeroed, or changed "
                               "after them")  # fmt: skip
+    if any(_read_whole(statement, accumulator) for statement in after):
+        _fail(strategy, loop, f"what follows the sums reads {accumulator} other than as "
+                              f"{accumulator}[x]")  # fmt: skip
     if weights in later_reads or later_writes & first_reads:
         _fail(strategy, loop, "what follows the sums reads the weights or writes what comes "
                               "before them reads")  # fmt: skip
     carried = _row_scalars(before, later_reads)
-    unkept = (first_writes & later_reads) - {name for _, name in carried}
+    declared = {name for s in before for name in declared_names(s)}
+    unkept = ((first_writes | declared) & later_reads) - {name for _, name in carried}
     if unkept:
         _fail(strategy, loop, f"what follows the sums reads {', '.join(sorted(unkept))}, which "
-                              "the row changes before them")  # fmt: skip
+                              "the row sets before them")  # fmt: skip
     return carried
+
+
+def _read_whole(statement: Node, array: str) -> bool:
+    """Whether the statement names `array` other than as the array of a subscript."""
+    for node in walk(statement):
+        if node.type == "identifier" and text(node) == array:
+            parent = node.parent
+            if parent is None or parent.type != "subscript_expression":
+                return True
+            if not same(field(parent, "argument") or parent, node):
+                return True
+    return False
 
 
 def _row_scalars(before: list[Node], read: set[str]) -> list[tuple[str, str]]:
@@ -2448,7 +2476,7 @@ def _written_arrays(node: Node) -> set[str]:
             target = field(strip_parens(target), "argument")
         if target is not None and strip_parens(target).type == "identifier":
             names.add(text(strip_parens(target)))
-    return names - written_names(node)
+    return names
 
 
 _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
