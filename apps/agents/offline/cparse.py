@@ -185,20 +185,27 @@ def written_names(node: Node) -> set[str]:
     return names
 
 
-def escapes(body: Node) -> Node | None:
-    """A return, goto, or break out of this loop body (OpenMP loops forbid them)."""
+LOOP_STATEMENTS = ("for_statement", "while_statement", "do_statement")
+
+
+def escapes(body: Node, continues: bool = False) -> Node | None:
+    """A return, goto, or break out of this loop body (OpenMP loops forbid them); with
+    `continues`, a continue of the loop itself too (it skips the rest of an iteration)."""
     for n in walk(body):
         if n.type in ("return_statement", "goto_statement"):
             return n
-        if n.type == "break_statement" and not _break_has_own_target(n, body):
+        if n.type == "break_statement" and not _has_own_target(n, body, "switch_statement"):
+            return n
+        if continues and n.type == "continue_statement" and not _has_own_target(n, body):
             return n
     return None
 
 
-def _break_has_own_target(node: Node, body: Node) -> bool:
+def _has_own_target(node: Node, body: Node, *others: str) -> bool:
+    """Whether a loop (or one of `others`) inside `body` is what the jump leaves."""
     parent = node.parent
     while parent is not None and contains(body, parent) and not same(parent, body):
-        if parent.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+        if parent.type in LOOP_STATEMENTS or parent.type in others:
             return True
         parent = parent.parent
     return False

@@ -2392,7 +2392,7 @@ def _row_fission(
     values are kept per row. TransformError when it cannot."""
     body = field(rows.node, "body")
     assert body is not None  # _row_weighted_sums read it
-    leaving = _leaves_the_row(rows.node, body)
+    leaving = escapes(body, continues=True)
     if leaving is not None:
         _fail(strategy, loop, f"{rows.info.id} leaves a row early (line {line_of(leaving)})")
     first_reads = {name for s in before for name in identifiers(s)}
@@ -2442,29 +2442,6 @@ def _row_scalars(before: list[Node], read: set[str]) -> list[tuple[str, str]]:
             if name in read and is_scalar_declarator(declarator):
                 found.append((text(type_node), name))
     return found
-
-
-def _leaves_the_row(rows: Node, body: Node) -> Node | None:
-    """A return, goto, or break or continue of the row loop itself, in its body."""
-    for node in walk(body):
-        if node.type in ("return_statement", "goto_statement"):
-            return node
-        jumps = node.type in ("break_statement", "continue_statement")
-        if jumps and same(_jumps_from(node, rows), rows):
-            return node
-    return None
-
-
-def _jumps_from(node: Node, outermost: Node) -> Node:
-    """The statement a break or continue leaves: its loop (or a break's switch)."""
-    parent = node.parent
-    while parent is not None and not same(parent, outermost):
-        if parent.type in ("for_statement", "while_statement", "do_statement"):
-            return parent
-        if parent.type == "switch_statement" and node.type == "break_statement":
-            return parent
-        parent = parent.parent
-    return outermost
 
 
 def _written_arrays(node: Node) -> set[str]:
