@@ -67,8 +67,10 @@ def test_a_kernel_that_writes_its_input_or_returns_a_value_fails_every_run(
 
     assert wrote["status"] == returned["status"] == "incorrect"
     assert all("the kernel wrote its inputs" in c["error"] for c in failed(wrote))
-    negative_free = [c for c in wrote["correct"]["cases"] if c["passed"]]
-    assert len(negative_free) <= 2  # only n = 1 (and its repeat) can draw no negative input
+    # Only the smallest cases can draw no negative input, so that relu in place leaves them
+    # as they were: n = 1 half the time, n = 7 once in 128.
+    negative_free = {c["case_id"] for c in wrote["correct"]["cases"] if c["passed"]}
+    assert negative_free <= {"one", "seven"}
     assert len(failed(returned)) == returned["correct"]["runs"]
     assert all("the launcher returned a value" in c["error"] for c in failed(returned))
 
