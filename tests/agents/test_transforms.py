@@ -275,14 +275,20 @@ def test_im2col_gemm_lowers_the_convolution_to_one_gemm() -> None:
     assert offered == [f"im2col_gemm(kc={kc}, loop=L1)" for kc in (128, 256, 512)]
     result = apply(make("im2col_gemm", loop="L1", kc=256), naive("conv2d"))
     assert "const int64_t kope_depth = c * r * s;" in result
-    assert "kope_patches[(i * ow + j) * kope_depth + (ch * r + p) * s + q] = x[" in result
+    assert "kope_patches[((ch * r + p) * s + q) * kope_cols + i * ow + j] = x[" in result
+    assert "memset(kope_patches + ch * (r * s) * kope_cols, 0," in result
     assert "kope_weights[o * kope_depth + (ch * r + p) * s + q] = weight[" in result
     assert (
-        "kope_packed_gemm(kope_cols, k, kope_depth, kope_patches, kope_depth, 1, kope_weights, "
-        "1, kope_depth, kope_sums, k, 256);"
+        "kope_packed_gemm(k, kope_cols, kope_depth, kope_weights, kope_depth, 1, kope_patches, "
+        "kope_cols, 1, kope_sums, kope_cols, 256);"
     ) in result
-    assert "acc += kope_sums[(i * ow + j) * k + o];" in result
-    assert result.count("if (row < 0 || row >= h) continue;") == 2  # the fill, the fallback
+    assert "acc += kope_sums[o * kope_cols + i * ow + j];" in result
+    # the fill for unit strides, the fill for any, the fallback
+    assert result.count("if (row < 0 || row >= h) continue;") == 3
+    unit_fill = result.split("if (stride == 1) {")[1].split("} else {")[0]
+    assert "int64_t row = i * 1 - padding + p;" in unit_fill
+    assert "int64_t col = j * 1 - padding + q;" in unit_fill
+    assert "stride" not in unit_fill
     assert result.count("static void kope_packed_gemm(") == 1
     assert "return" not in result.split("kope_sums =")[1].split("return 0;")[0]  # no early exit
 
@@ -316,8 +322,8 @@ def test_im2col_gemm_leaves_the_fallback_of_its_own_lowering_alone() -> None:
     lowered = apply(make("im2col_gemm", loop="L1", kc=512), naive("conv2d"))
 
     assert not [s for s in applicable(lowered) if s.name == "im2col_gemm"]
-    with pytest.raises(TransformError, match=r"loop L13 .* is the fallback of a lowering"):
-        apply(make("im2col_gemm", loop="L13", kc=512), lowered)
+    with pytest.raises(TransformError, match=r"loop L18 .* is the fallback of a lowering"):
+        apply(make("im2col_gemm", loop="L18", kc=512), lowered)
 
 
 def test_dots_by_gemm_computes_the_scores_of_every_row_first() -> None:
@@ -441,6 +447,30 @@ def test_weighted_sums_by_gemm_leaves_the_fallback_of_its_own_lowering_alone() -
 
     offered = [s.label() for s in applicable(lowered) if s.name == "weighted_sums_by_gemm"]
     assert offered == []
+
+
+@pytest.mark.parametrize(
+    ("operator", "lowering"),
+    [("conv2d", make("im2col_gemm", loop="L1", kc=512)),
+     ("attention", make("dots_by_gemm", loop="L2", kc=256)),
+     ("attention", make("weighted_sums_by_gemm", loop="L6", kc=512))],
+)  # fmt: skip
+def test_no_strategy_is_offered_on_a_fallback_that_runs_only_without_memory(
+    operator: str, lowering: Strategy
+) -> None:
+    lowered = apply(lowering, naive(operator))
+    helper_call = lowered.index("kope_packed_gemm(", lowered.index("int kope_kernel("))
+    else_at = lowered.index("} else {", helper_call)
+    first, last = (lowered[:at].count("\n") + 1
+                   for at in (else_at, lowered.index("kope_scratch_done(", else_at)))  # fmt: skip
+    fallback_loops = {info.id for info in loops(lowered) if first < info.line < last}
+    assert fallback_loops  # the nest as it was is there, loops and all
+
+    on_fallback = [s.label() for s in applicable(lowered) if s.param("loop") in fallback_loops]
+
+    assert on_fallback == []
+    with pytest.raises(TransformError, match="is the fallback of a lowering"):
+        apply(make("float_accumulator", loop=sorted(fallback_loops)[0]), lowered)
 
 
 def test_omp_parallel_private_gives_each_thread_its_own_scratch_buffers() -> None:
@@ -748,6 +778,29 @@ def test_packed_gemm_of_transposed_operands_computes_the_same_numbers(tmp_path: 
     at, bt = problem.inputs(np.random.default_rng(7))
     np.testing.assert_allclose(outputs[0], 2.0 * (at.T @ bt.T), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+
+@needs_gcc
+@pytest.mark.parametrize(
+    ("stride", "padding", "out"), [(1, 1, (9, 9)), (1, 0, (7, 7)), (3, 2, (4, 4))]
+)
+def test_im2col_gemm_fills_the_same_patches_at_unit_and_other_strides(
+    stride: int, padding: int, out: tuple[int, int], tmp_path: Path
+) -> None:
+    """Stride 1 takes the fill written for it, any other the general one."""
+    problem = Problem(
+        lambda rng: [floats(rng, 2, 3, 9, 8), floats(rng, 4, 3, 3, 2), floats(rng, 4)],
+        like(2, 4, *out),
+        (float(stride), float(padding)),
+    )
+    lowered = apply(make("im2col_gemm", loop="L1", kc=128), naive("conv2d"))
+    outputs = []
+    for index, source in enumerate([naive("conv2d"), lowered]):
+        result = compile_c(source, tmp_path / f"conv{index}", shared=True)
+        assert result.returncode == 0, result.stderr
+        outputs.append(run_kernel(tmp_path / f"conv{index}.so", problem)[0])
+    assert not np.isnan(outputs[0]).any()
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
 
 
 TILES_DRIVER = r"""
