@@ -293,6 +293,22 @@ def test_im2col_gemm_lowers_the_convolution_to_one_gemm() -> None:
     assert "return" not in result.split("kope_sums =")[1].split("return 0;")[0]  # no early exit
 
 
+def test_im2col_gemm_writes_a_unit_stride_fill_only_for_a_signed_integer_stride() -> None:
+    declared = "int64_t stride = (int64_t)attrs[0], padding = (int64_t)attrs[1];"
+    for stride_type in ("double", "uint64_t"):
+        source = naive("conv2d").replace(
+            declared,
+            f"{stride_type} stride = ({stride_type})attrs[0];\n"
+            "    int64_t padding = (int64_t)attrs[1];",
+        )
+        assert source != naive("conv2d")
+
+        result = apply(make("im2col_gemm", loop="L1", kc=256), source)
+
+        assert "if (stride == 1)" not in result, stride_type
+        assert result.count("int64_t col = j * stride - padding + q;") == 2  # fill, fallback
+
+
 def test_im2col_gemm_refuses_what_is_not_a_windowed_product() -> None:
     source = naive("conv2d")
     shapes = {

@@ -1898,7 +1898,7 @@ def _unit_strided(
     variable times a column's variable): the compiler vectorizes a loop over j that reads
     `x[j * stride + ...]` only when it knows the step, and conv2d's fill took 0.6 ms instead
     of 0.4 on one thread. Loop versioning, as compilers do it for strides they cannot see."""
-    strides = _strides(nest)
+    strides = _strides(kernel, nest)
     if not strides:
         return fill(frozenset())(unit, base)
     test = " && ".join(f"{name} == 1" for name in sorted(strides))
@@ -1911,9 +1911,10 @@ def _unit_strided(
     ]
 
 
-def _strides(nest: _Window) -> frozenset[str]:
-    """The variables that multiply a column variable in the patch's index or the window's
-    locals and guards, and that the nest neither declares nor writes."""
+def _strides(kernel: _Kernel, nest: _Window) -> frozenset[str]:
+    """The signed integer variables that multiply a column variable in the patch's index or
+    the window's locals and guards, and that the nest neither declares nor writes. (Written as
+    1, an unsigned or floating stride would change the type of what it multiplies.)"""
     columns = {_header(loop).var for loop in nest.columns}
     top = nest.window[0].node
     window = {_header(loop).var for loop in nest.window}
@@ -1927,7 +1928,12 @@ def _strides(nest: _Window) -> frozenset[str]:
         names = [text(side) for side in sides if side.type == "identifier"]
         if len(names) == 2 and columns & set(names):
             found |= {name for name in names if name not in columns and name not in fixed}
-    return frozenset(found)
+    return frozenset(name for name in found if _signed_integer(kernel, name))
+
+
+def _signed_integer(kernel: _Kernel, name: str) -> bool:
+    ctype = kernel.types.get(name)
+    return ctype is not None and ctype.is_signed_integer
 
 
 def _spelled(kernel: _Kernel, node: Node, ones: frozenset[str]) -> str:
