@@ -1830,6 +1830,9 @@ def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> 
         slot = FIRST_FREE_SCRATCH_SLOT + offset
         return f"{SCRATCH_NAME}_done({slot}, {buffer}, {held}[{offset}]);"
 
+    def fill(ones: frozenset[str], base: str) -> list[str]:
+        return _fill(kernel, nest, (patches, cols), ones, unit, base)
+
     inner = unit * 2
     lines = [
         "{",
@@ -1840,8 +1843,7 @@ def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> 
         f"{unit}float *{weights} = {scratch(1, rows, depth)};",
         f"{unit}float *{sums} = {scratch(2, rows, cols)};",
         f"{unit}if ({patches} != NULL && {weights} != NULL && {sums} != NULL) {{",
-        *_unit_strided(kernel, nest, lambda ones: _fill(kernel, nest, patches, cols, ones),
-                       unit, inner),
+        *_unit_strided(_strides(kernel, nest), fill, unit, inner),
         *_nested(kernel, (nest.rows, *nest.window),
                  [f"{weights}[{row} * {depth} + {window}] = {text(nest.weight)};"], unit, inner),
         f"{inner}{HELPER_NAME}({rows}, {cols}, {depth}, {weights}, {depth}, 1, {patches}, "
@@ -1860,12 +1862,19 @@ def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> 
 
 
 def _fill(
-    kernel: _Kernel, nest: _Window, patches: str, cols: str, ones: frozenset[str]
-) -> Callable[[str, str], list[str]]:
-    """The patches' fill, window loops outside and the output's columns inside, each
-    outermost window position's rows zeroed first. Every window loop's locals and guards
-    move into the innermost loop, so a guard that fires skips one element (left zero) as it
-    skipped that element's share of the window before. The names in `ones` read as 1."""
+    kernel: _Kernel,
+    nest: _Window,
+    buffer: tuple[str, str],
+    ones: frozenset[str],
+    unit: str,
+    base: str,
+) -> list[str]:
+    """The fill of the patches (`buffer`: their name and row length), window loops outside
+    and the output's columns inside, each outermost window position's rows zeroed first.
+    Every window loop's locals and guards move into the innermost loop, so a guard that fires
+    skips one element (left zero) as it skipped that element's share of the window before.
+    The names in `ones` read as 1."""
+    patches, cols = buffer
     outer, *rest = nest.window
     slab = _bounds_product(tuple(rest)) if rest else "1"
     at = f"{_header(outer).var} * ({slab}) * {cols}"
@@ -1874,39 +1883,33 @@ def _fill(
     store = (f"{patches}[({_flat_index(nest.window)}) * {cols} + {_flat_index(nest.columns)}] "
              f"= {_spelled(kernel, nest.patch, ones)};")  # fmt: skip
     body = [*(_spelled(kernel, s, ones) for s in preludes), store]
-
-    def lines(unit: str, base: str) -> list[str]:
-        return [
-            f"{base}#pragma omp parallel for schedule(static)",
-            f"{base}{_header_text(kernel, outer.node)} {{",
-            f"{base}{unit}{zero}",
-            *_nested(kernel, (*rest, *nest.columns), body, unit, base + unit),
-            f"{base}}}",
-        ]
-
-    return lines
+    return [
+        f"{base}#pragma omp parallel for schedule(static)",
+        f"{base}{_header_text(kernel, outer.node)} {{",
+        f"{base}{unit}{zero}",
+        *_nested(kernel, (*rest, *nest.columns), body, unit, base + unit),
+        f"{base}}}",
+    ]
 
 
 def _unit_strided(
-    kernel: _Kernel,
-    nest: _Window,
-    fill: Callable[[frozenset[str]], Callable[[str, str], list[str]]],
+    strides: frozenset[str],
+    fill: Callable[[frozenset[str], str], list[str]],
     unit: str,
     base: str,
 ) -> list[str]:
-    """The fill, and before it a copy for when every stride it reads is 1 (`i * stride`, a
-    variable times a column's variable): the compiler vectorizes a loop over j that reads
-    `x[j * stride + ...]` only when it knows the step, and conv2d's fill took 0.6 ms instead
-    of 0.4 on one thread. Loop versioning, as compilers do it for strides they cannot see."""
-    strides = _strides(kernel, nest)
+    """`fill(set(), base)`, and before it `fill(strides, ...)`, the copy for when every one
+    of the strides is 1: the compiler vectorizes a loop over j that reads `x[j * stride + ...]`
+    only when it knows the step, and conv2d's fill took 0.6 ms instead of 0.4 on one thread.
+    Loop versioning, as compilers do it for strides they cannot see."""
     if not strides:
-        return fill(frozenset())(unit, base)
+        return fill(frozenset(), base)
     test = " && ".join(f"{name} == 1" for name in sorted(strides))
     return [
         f"{base}if ({test}) {{",
-        *fill(strides)(unit, base + unit),
+        *fill(strides, base + unit),
         f"{base}}} else {{",
-        *fill(frozenset())(unit, base + unit),
+        *fill(frozenset(), base + unit),
         f"{base}}}",
     ]
 
