@@ -1921,22 +1921,17 @@ def _strides(kernel: _Kernel, nest: _Window) -> frozenset[str]:
     columns = {_header(loop).var for loop in nest.columns}
     top = nest.window[0].node
     window = {_header(loop).var for loop in nest.window}
-    fixed = declared_names(top) | written_names(top) | window
+    varying = columns | window | declared_names(top) | written_names(top)
     found: set[str] = set()
     for node in walk(top):
         left, right = field(node, "left"), field(node, "right")
         if node.type != "binary_expression" or operator(node) != "*" or not left or not right:
             continue
         sides = [strip_parens(left), strip_parens(right)]
-        names = [text(side) for side in sides if side.type == "identifier"]
-        if len(names) == 2 and columns & set(names):
-            found |= {name for name in names if name not in columns and name not in fixed}
-    return frozenset(name for name in found if _signed_integer(kernel, name))
-
-
-def _signed_integer(kernel: _Kernel, name: str) -> bool:
-    ctype = kernel.types.get(name)
-    return ctype is not None and ctype.is_signed_integer
+        named = all(side.type == "identifier" for side in sides)
+        if named and columns & {text(side) for side in sides}:
+            found |= {text(side) for side in sides if _is_invariant_integer(kernel, side, varying)}
+    return frozenset(found)
 
 
 def _spelled(kernel: _Kernel, node: Node, ones: frozenset[str]) -> str:
