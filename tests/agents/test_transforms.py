@@ -191,7 +191,7 @@ def test_packed_gemm_hands_the_gemm_nest_to_the_helper_storing_into_c() -> None:
     result = apply(make("packed_gemm", loop="L0", kc=256), naive("gemm"))
     assert loops(result) == []  # the whole nest is the call
     assert "    kope_packed_gemm(m, n, k, A, k, 1, B, n, 1, C, n, 256);\n    return 0;" in result
-    assert result.count("static void kope_packed_gemm(") == 1
+    assert result.count("static inline void kope_packed_gemm(") == 1
     batched = apply(make("packed_gemm", loop="L1", kc=128), naive("batched_matmul"))
     assert "kope_packed_gemm(m, n, k, Ab, k, 1, Bb, n, 1, Cb, n, 128)" in batched
     assert [info.var for info in loops(batched)] == ["b"]
@@ -289,7 +289,7 @@ def test_im2col_gemm_lowers_the_convolution_to_one_gemm() -> None:
     assert "int64_t row = i * 1 - padding + p;" in unit_fill
     assert "int64_t col = j * 1 - padding + q;" in unit_fill
     assert "stride" not in unit_fill
-    assert result.count("static void kope_packed_gemm(") == 1
+    assert result.count("static inline void kope_packed_gemm(") == 1
     assert "return" not in result.split("kope_sums =")[1].split("return 0;")[0]  # no early exit
 
 
@@ -355,8 +355,9 @@ def test_dots_by_gemm_computes_the_scores_of_every_row_first() -> None:
     assert "dot += (double)qh[i * d + e] * kh[j * d + e];" in fallback  # no memory: as it was
     assert "kope_scratch_done(5, kope_dots, kope_held);" in fallback
     causal = apply(make("dots_by_gemm", loop="L2", kc=128), naive("causal_attention"))
-    # row i reads keys 0..i: the GEMM computes every row against all s keys
-    assert "kope_packed_gemm(s, s, d, qh, d, 1, kh, 1, d, kope_dots, s, 128);" in causal
+    # row i reads keys 0..i: the tiles right of the diagonal are left out
+    assert ("kope_masked_gemm(s, s, d, qh, d, 1, kh, 1, d, kope_dots, s, 128, KOPE_C_LOWER);"
+            in causal)  # fmt: skip
     assert "double dot = kope_dots[i * s + j];" in causal
 
 
@@ -423,6 +424,25 @@ def test_weighted_sums_by_gemm_computes_every_row_s_sums_by_one_gemm() -> None:
     assert "memset(kope_weights + i * s + i + 1, 0, sizeof(float) * (size_t)(s - i - 1));" in (
         causal
     )
+    # so each row's sums stop at the row's own key
+    assert ("kope_masked_gemm(s, d, s, kope_weights, s, 1, vh, d, 1, kope_sums, d, 128, "
+            "KOPE_A_LOWER);" in causal)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["dots_by_gemm(kc=128, loop=L2)",
+                                      "weighted_sums_by_gemm(kc=128, loop=L6)"])  # fmt: skip
+def test_a_causal_lowering_is_refused_beside_a_helper_without_the_masked_gemm(
+    strategy: str,
+) -> None:
+    """A kernel lowered before the masked GEMM existed has a helper without it: the causal
+    lowerings say so instead of calling what is not there."""
+    lowered = apply(make("packed_gemm", loop="L0", kc=128), naive("gemm"))
+    helper = lowered[: lowered.index("int kope_kernel(")]
+    older = helper.replace("kope_masked_gemm", "kope_gemm_of_old")
+    with pytest.raises(TransformError, match="an older kope_packed_gemm, without kope_masked_gemm"):
+        apply(strategy_from_label(strategy), older + naive("causal_attention"))
+    assert "kope_masked_gemm(" in apply(strategy_from_label(strategy),
+                                        helper + naive("causal_attention"))  # fmt: skip
 
 
 def test_weighted_sums_by_gemm_refuses_a_row_loop_it_cannot_run_in_two_passes() -> None:
@@ -469,14 +489,19 @@ def test_weighted_sums_by_gemm_leaves_the_fallback_of_its_own_lowering_alone() -
     ("operator", "lowering"),
     [("conv2d", make("im2col_gemm", loop="L1", kc=512)),
      ("attention", make("dots_by_gemm", loop="L2", kc=256)),
-     ("attention", make("weighted_sums_by_gemm", loop="L6", kc=512))],
+     ("attention", make("weighted_sums_by_gemm", loop="L6", kc=512)),
+     ("causal_attention", make("dots_by_gemm", loop="L2", kc=256)),
+     ("causal_attention", make("weighted_sums_by_gemm", loop="L6", kc=512))],
 )  # fmt: skip
 def test_no_strategy_is_offered_on_a_fallback_that_runs_only_without_memory(
     operator: str, lowering: Strategy
 ) -> None:
     lowered = apply(lowering, naive(operator))
-    helper_call = lowered.index("kope_packed_gemm(", lowered.index("int kope_kernel("))
-    else_at = lowered.index("} else {", helper_call)
+    helper_call = re.compile(r"kope_(packed|masked)_gemm\(").search(
+        lowered, lowered.index("int kope_kernel(")
+    )
+    assert helper_call is not None
+    else_at = lowered.index("} else {", helper_call.start())
     first, last = (lowered[:at].count("\n") + 1
                    for at in (else_at, lowered.index("kope_scratch_done(", else_at)))  # fmt: skip
     fallback_loops = {info.id for info in loops(lowered) if first < info.line < last}
@@ -721,8 +746,10 @@ PROBLEMS = {
         ],
         like(2, 1, 9, 13),
     ),
+    # past two of the widest tiles' columns and one slab of 128 keys: the masked GEMM leaves
+    # out whole tiles and stops row blocks mid-slab
     "causal_attention": Problem(
-        lambda rng: [floats(rng, 1, 2, 9, 13) for _ in range(3)], like(1, 2, 9, 13)
+        lambda rng: [floats(rng, 1, 2, 150, 13) for _ in range(3)], like(1, 2, 150, 13)
     ),
 }
 # attention's two lowerings and its heads on every core, as the offline policy makes them
@@ -887,6 +914,77 @@ def gemm_driver_run(
     )  # fmt: skip
     assert build.returncode == 0, build.stderr
     return subprocess.run(["./driver"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+MASKED_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+%s
+#define UNTOUCHED -12345.0f
+/* Small integers, so every sum is exact. With KOPE_A_LOWER a is 0 past its diagonal; with
+ * KOPE_C_LOWER the tiles wholly right of the diagonal must still hold UNTOUCHED and every
+ * other element the exact sum. */
+static int check(int m, int n, int k, int lower, int a_transposed, int kc, int *left_out) {
+    float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
+    float *c = malloc(sizeof(float) * m * n);
+    int64_t a_row = a_transposed ? 1 : k, a_col = a_transposed ? m : 1;
+    for (int i = 0; i < m; ++i) {
+        for (int p = 0; p < k; ++p) {
+            int zero = lower == KOPE_A_LOWER && p > i;
+            a[i * a_row + p * a_col] = zero ? 0.0f : (float)((i * k + p) * 7 %% 11) - 5.0f;
+        }
+    }
+    for (int i = 0; i < k * n; ++i) b[i] = (float)(i * 3 %% 13) - 6.0f;
+    for (int i = 0; i < m * n; ++i) c[i] = UNTOUCHED;
+    kope_masked_gemm(m, n, k, a, a_row, a_col, b, n, 1, c, n, kc, lower);
+    int wrong = 0;
+    for (int i = 0; i < m; ++i) {
+        int last_row = (i / KOPE_MR + 1) * KOPE_MR < m ? (i / KOPE_MR + 1) * KOPE_MR - 1 : m - 1;
+        for (int j = 0; j < n; ++j) {
+            double want = 0.0;
+            for (int p = 0; p < k; ++p) want += (double)a[i * a_row + p * a_col] * b[p * n + j];
+            int out = lower == KOPE_C_LOWER && (j / KOPE_NR) * KOPE_NR > last_row;
+            *left_out += out;
+            wrong += c[i * n + j] != (out ? UNTOUCHED : (float)want);
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return wrong;
+}
+int main(void) {
+    /* partial tiles, several slabs, row blocks that end mid-slab, more columns than rows */
+    static const int shapes[][3] = {{1, 1, 1}, {5, 15, 7}, {13, 65, 300}, {70, 130, 129},
+                                    {150, 150, 13}, {150, 13, 150}, {200, 64, 200}};
+    int wrong = 0, left_out = 0;
+    for (int s = 0; s < 7; ++s) {
+        for (int lower = KOPE_FULL; lower <= KOPE_A_LOWER; ++lower) {
+            for (int a_transposed = 0; a_transposed < 2; ++a_transposed) {
+                wrong += check(shapes[s][0], shapes[s][1], shapes[s][2], lower, a_transposed,
+                               64, &left_out);
+            }
+        }
+    }
+    printf("%%d wrong, %%d left out\n", wrong, left_out);
+    return wrong != 0;
+}
+"""
+
+
+@needs_gcc
+@pytest.mark.parametrize("arch", ["native", "x86-64-v3", "x86-64-v2"])
+def test_masked_gemm_leaves_out_only_what_a_causal_mask_does_not_need(
+    arch: str, tmp_path: Path
+) -> None:
+    """On every tile width: the scores' tiles right of the diagonal are not computed (they
+    still hold what was there), every other element is the exact product, and a product whose
+    a is zero past its diagonal is exact though each row block stops at its last row."""
+    run = gemm_driver_run(MASKED_DRIVER, tmp_path, arch=arch)
+    assert run.returncode == 0, run.stdout
+    counts = re.fullmatch(r"0 wrong, (\d+) left out\n", run.stdout)
+    assert counts is not None and int(counts[1]) > 0, run.stdout
 
 
 NO_MEMORY_DRIVER = r"""

@@ -81,6 +81,7 @@ from apps.agents.offline.packed_gemm import (
     FIRST_FREE_SCRATCH_SLOT,
     HELPER_NAME,
     HELPER_SOURCE,
+    MASKED_HELPER_NAME,
     SCRATCH_NAME,
 )
 
@@ -1592,6 +1593,25 @@ def _scratch_names(kernel: _Kernel, strategy: Strategy, loop: _Loop, *roles: str
     return [_fresh_name(f"kope_{role}", used) for role in roles]
 
 
+def _causal(sums: _Loop) -> bool:
+    """Whether a row loop's sums run under a causal mask: `j <= i`."""
+    return _header(sums).comparison == "<="
+
+
+def _masked_helper_at_hand(kernel: _Kernel, strategy: Strategy, sums: _Loop) -> None:
+    """A causal row loop's GEMM calls the masked one, which a helper from before it lacks."""
+    used = set(identifiers(kernel.tree.root_node))
+    if _causal(sums) and HELPER_NAME in used and MASKED_HELPER_NAME not in used:
+        _fail(strategy, sums, f"the kernel has an older {HELPER_NAME}, without "
+                              f"{MASKED_HELPER_NAME}")  # fmt: skip
+
+
+def _gemm_call(sums: _Loop, mask: str) -> tuple[str, str]:
+    """The helper a row loop's GEMM calls and what follows its slab argument: under a causal
+    mask, the masked GEMM told what the mask leaves out (`mask`)."""
+    return (MASKED_HELPER_NAME, f", {mask}") if _causal(sums) else (HELPER_NAME, "")
+
+
 def _epilogue_nest(kernel: _Kernel, loop: _Loop, nest: _MatmulNest, element: str) -> list[str]:
     """The i-j nest again, each sum read from `element` instead of computed."""
     unit = _indent_unit(kernel, loop)
@@ -1794,10 +1814,15 @@ def _not_a_fallback(strategy: Strategy, loop: _Loop) -> None:
         consequence = node.child_by_field_name("consequence")
         if (node.type == "if_statement" and alternative is not None and consequence is not None
                 and alternative.start_byte <= child.start_byte < alternative.end_byte
-                and f"{HELPER_NAME}(" in text(consequence)):  # fmt: skip
+                and _calls_a_gemm_helper(consequence)):  # fmt: skip
             _fail(strategy, loop, "is the fallback of a lowering already made: it runs only "
                                   "when that lowering's buffers cannot be had")  # fmt: skip
         child, node = node, node.parent
+
+
+def _calls_a_gemm_helper(node: Node) -> bool:
+    code = text(node)
+    return any(f"{name}(" in code for name in (HELPER_NAME, MASKED_HELPER_NAME))
 
 
 def _lowered(kernel: _Kernel, nest: _Window, names: dict[str, str], kc: int) -> str:
@@ -2148,6 +2173,7 @@ def _dots_by_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     kc = _choice(strategy, "kc", GEMM_K_SLABS)
     nest = _row_dots(kernel, strategy, loop)
     dots, held = _scratch_names(kernel, strategy, loop, "dots", "held")
+    _masked_helper_at_hand(kernel, strategy, nest.sums)
     return _with_helper(kernel, nest.rows.node, _dots_first(kernel, nest, dots, held, kc))
 
 
@@ -2155,6 +2181,7 @@ def _dots_first(kernel: _Kernel, nest: _RowDots, dots: str, held: str, kc: int) 
     """The GEMM of every row's sums into `dots` (scratch, kept from one call to the next),
     then the row loop with each sum read from it instead of computed; without memory for the
     buffer, the row loop as it was."""
+    helper, mask = _gemm_call(nest.sums, "KOPE_C_LOWER")
     indent, unit = (
         indentation(kernel.source, nest.rows.node.start_byte),
         _indent_unit(kernel, nest.rows),
@@ -2168,8 +2195,8 @@ def _dots_first(kernel: _Kernel, nest: _RowDots, dots: str, held: str, kc: int) 
         Edit(nest.declaration.end_byte, nest.inner.node.end_byte, b""),
     ])  # fmt: skip
     a, b = nest.a, nest.b
-    gemm = (f"{HELPER_NAME}({m}, {n}, {k}, {a.at()}, {a.row_stride}, {a.col_stride}, "
-            f"{b.at()}, {b.row_stride}, {b.col_stride}, {dots}, {n}, {kc});")  # fmt: skip
+    gemm = (f"{helper}({m}, {n}, {k}, {a.at()}, {a.row_stride}, {a.col_stride}, "
+            f"{b.at()}, {b.row_stride}, {b.col_stride}, {dots}, {n}, {kc}{mask});")  # fmt: skip
     count = f"(size_t){m} * (size_t){n} + 1"
     lines = [
         "{",
@@ -2288,6 +2315,7 @@ def _weighted_sums_by_gemm(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     nest = _row_weighted_sums(kernel, strategy, loop)
     roles = ("weights", "sums", "held", *(f"{name}_rows" for _, name in nest.carried))
     names = _scratch_names(kernel, strategy, loop, *roles)
+    _masked_helper_at_hand(kernel, strategy, nest.sums)
     return _with_helper(kernel, nest.rows.node, _weighted_sums_later(kernel, nest, names, kc))
 
 
@@ -2303,6 +2331,7 @@ def _weighted_sums_later(kernel: _Kernel, nest: _RowWeightedSums, names: list[st
         _indent_unit(kernel, nest.rows),
     )
     weights, sums, held, *kept = names
+    helper, mask = _gemm_call(nest.sums, "KOPE_A_LOWER")
     rows, inner = _header(nest.rows), unit * 2
     m, n, width = _operand(rows.bound), nest.depth, nest.width
     matrix = nest.matrix
@@ -2318,8 +2347,8 @@ def _weighted_sums_later(kernel: _Kernel, nest: _RowWeightedSums, names: list[st
           for (ctype, _), keep in zip(nest.carried, kept, strict=True)),
         f"{unit}if ({' && '.join(f'{b} != NULL' for b in buffers)}) {{",
         *(inner + line for line in _weights_pass(kernel, nest, weights, kept)),
-        f"{inner}{HELPER_NAME}({m}, {width}, {n}, {weights}, {n}, 1, {matrix.at()}, "
-        f"{matrix.row_stride}, {matrix.col_stride}, {sums}, {width}, {kc});",
+        f"{inner}{helper}({m}, {width}, {n}, {weights}, {n}, 1, {matrix.at()}, "
+        f"{matrix.row_stride}, {matrix.col_stride}, {sums}, {width}, {kc}{mask});",
         *(inner + line for line in _after_pass(kernel, nest, sums, kept, unit)),
         f"{unit}}} else {{",
         *(inner + line for line in _relocated(kernel, nest.rows.node, text(nest.rows.node))),
