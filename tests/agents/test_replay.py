@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
+from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 from apps.operators.builtin_suite import read_builtin_suite
 from apps.runs.models import OptimizationSession
@@ -257,15 +259,15 @@ ROW_SUM_PATH = ["flags(set=fast_math)", "omp_parallel_for(loop=L0, schedule=stat
 POOL_STEPS = ["omp_parallel_for(loop=L0, schedule=static)", "float_accumulator(loop=L4)"]
 
 
-def pool_after_a_replay(team: Team, retrieved: list[Hit]) -> Situation:
-    """avg_pool2d after row_sum's path was replayed on it, -ffast-math and all (in a suite run
-    the path made it 1.25x faster; the parallel loop alone made it 1.9x, -ffast-math alone
-    1.5x slower)."""
+def pool_after_a_replay(team: Team, retrieved: list[Hit], gained: float = 1.25) -> Situation:
+    """avg_pool2d after row_sum's path (8x there) was replayed on it, -ffast-math and all (in
+    a suite run the path made it 1.25x faster; the parallel loop alone made it 1.9x,
+    -ffast-math alone 1.5x slower)."""
     row_sum = Tree(team, "row_sum")
     for step in ROW_SUM_PATH:
         best = row_sum.grow(step, 2.0)
     pool = Tree(team, "avg_pool2d")
-    replayed = pool.grow(replay_label(best, [ROW_SUM_PATH[0], *POOL_STEPS]), 1.25)
+    replayed = pool.grow(replay_label(best, [ROW_SUM_PATH[0], *POOL_STEPS]), gained)
     source = naive("avg_pool2d")
     for step in POOL_STEPS:
         source = apply(strategy_from_label(step), source)
@@ -325,12 +327,17 @@ def test_a_flag_set_that_vectorizes_math_calls_is_taken_out_last(team: Team) -> 
 
 def moves_in_order(situation: Situation) -> list[str]:
     """The strategies the policy proposes from one incumbent, each tried in turn."""
-    order: list[str] = []
+    return [candidate.strategy for candidate in proposed_in_turn(situation)]
+
+
+def proposed_in_turn(situation: Situation) -> list[Candidate]:
+    """The candidates the policy proposes from one incumbent, each tried in turn."""
+    made: list[Candidate] = []
     while True:
         proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
         if proposal.candidate is None:
-            return order
-        order.append(proposal.candidate.strategy)
+            return made
+        made.append(proposal.candidate)
         situation = replace(situation, tried=situation.tried | {proposal.candidate.strategy})
 
 
@@ -374,3 +381,54 @@ def test_a_flag_set_taken_out_again_is_no_step_of_the_path(team: Team) -> None:
 
     assert [step.label for step in path.steps] == POOL_STEPS
     assert round(path.speedup, 3) == 1.875
+
+
+def test_a_replayed_path_that_gained_little_here_is_tried_again_with_fewer_steps(
+    team: Team,
+) -> None:
+    """1.25x here against 8x there: after its flag set, each source step of the path is left out
+    in turn (the one the prior expects least of, the float accumulator, first), then each is
+    tried alone without the path's flags (the parallel loop first), all from the start, before
+    the finer tools."""
+    pool = pool_after_a_replay(team, retrieved=[])
+    assert pool.incumbent is not None
+    replayed = Case.objects.get(pk=pool.incumbent.case_id)
+    head = replayed.strategy.partition(": ")[0]
+
+    order = moves_in_order(pool)
+
+    fewer = [f"{head}: flags(set=fast_math); {POOL_STEPS[0]}",
+             f"{head}: flags(set=fast_math); {POOL_STEPS[1]}",
+             f"{head}: {POOL_STEPS[0]}", f"{head}: {POOL_STEPS[1]}"]  # fmt: skip
+    assert order[:5] == ["drop_flags(set=fast_math)", *fewer]
+    assert order.index(fewer[-1]) < order.index("restrict_pointers()")
+    made = {c.strategy: c for c in proposed_in_turn(pool)}
+    naive_pool, cores = naive("avg_pool2d"), os.cpu_count() or 1
+    parallel = apply(strategy_from_label(POOL_STEPS[0]), naive_pool)
+    assert (made[fewer[0]].source, made[fewer[0]].flags) == (parallel, ("-ffast-math",))
+    assert (made[fewer[2]].source, made[fewer[2]].flags) == (parallel, ())
+    assert made[fewer[2]].threads == cores and made[fewer[3]].threads == 1
+    accumulated = apply(strategy_from_label(POOL_STEPS[1]), naive_pool)
+    assert made[fewer[3]].source == accumulated
+
+
+def test_a_replayed_path_that_gained_here_about_what_it_did_there_is_kept_whole(
+    team: Team,
+) -> None:
+    pool = pool_after_a_replay(team, retrieved=[], gained=5.0)
+
+    assert not [c for c in moves_in_order(pool) if c.startswith("replay(")]
+
+
+def test_a_path_through_a_replay_made_again_without_a_step_lists_the_steps_it_kept(
+    team: Team,
+) -> None:
+    tree = Tree(team, "avg_pool2d")
+    tree.grow(replay_label(1, ["flags(set=fast_math)", *POOL_STEPS]), 1.25)
+    best = tree.grow(replay_label(1, ["flags(set=fast_math)", POOL_STEPS[0]]), 1.5)
+
+    [path] = paths([hit(best)], session_id=0, version_id=0)
+
+    assert [step.label for step in path.steps] == ["flags(set=fast_math)", POOL_STEPS[0]]
+    assert round(path.speedup, 3) == 1.875
+    assert [round(step.gain, 4) for step in path.steps] == [round(math.log(1.875) / 2, 4)] * 2

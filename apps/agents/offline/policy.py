@@ -27,7 +27,9 @@ step on a loop, on the loop that plays the same role here), as one candidate, sc
 path's gain weighted like a case's evidence. A flag set that came in with a replayed path was
 only timed together with the path's other steps, so taking it out again (`drop_flags`) is a
 move of its own: after the float accumulator in the prior (last of all on a kernel that calls
-the math library), higher the more memory says the flag set slowed similar kernels.
+the math library), higher the more memory says the flag set slowed similar kernels. A source
+step can cost here too: a replayed kernel that gained far less than its path did where it was
+found is made again without each of its source steps in turn (see ablation_moves).
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -148,8 +150,10 @@ class OfflineSearchPolicy:
         order = prior_order(kernel_features(situation.incumbent.candidate.source))
         ordinary = moves(situation)
         replays = {r.candidate.strategy: r for r in replay_moves(situation, ordinary, order)}
-        options = [c for c in [*ordinary, *(r.candidate for r in replays.values())]
-                   if c.strategy not in situation.tried
+        ablations = {a.candidate.strategy: a for a in ablation_moves(situation, order)}
+        made = [*ordinary, *(r.candidate for r in replays.values()),
+                *(a.candidate for a in ablations.values())]  # fmt: skip
+        options = [c for c in made if c.strategy not in situation.tried
                    and c.kernel_key not in situation.evaluated]  # fmt: skip
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
@@ -161,21 +165,25 @@ class OfflineSearchPolicy:
         source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
             not walks_memory_worse(c.strategy, source),
-            move_key(c.strategy) not in worn and c.strategy not in situation.lost,
-            makes_a_lowering_memory_does_not_fault(c, evidence),
-            *score_key(c, evidence, situation.seed, order, replays, measured),
+            (move_key(c.strategy) not in worn or c.strategy in ablations)
+            and c.strategy not in situation.lost,
+            makes_a_lowering_memory_does_not_fault(c, evidence) and c.strategy not in ablations,
+            *score_key(c, evidence, situation.seed, order, replays, measured, ablations),
         ))  # fmt: skip
         chosen = scored[0]
         if chosen.strategy in replays:
             adopted = [{"key": replays[chosen.strategy].path.key,
                         "why": replays[chosen.strategy].why}]  # fmt: skip
+        elif chosen.strategy in ablations:
+            adopted = []
         else:
             adopted = adoption(chosen, scored, evidence, order)
         adopted += [{"key": e.key, "why": e.why}
                     for e in measured.get(chosen.kernel_key, []) if e.gain > 0]  # fmt: skip
-        rationale = f"{chosen.strategy}: " + (
+        because = ablations[chosen.strategy].why if chosen.strategy in ablations else (
             "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
-        )
+        )  # fmt: skip
+        rationale = f"{chosen.strategy}: {because}"
         return Proposal(chosen, adopted=adopted, rationale=rationale)
 
 
@@ -421,6 +429,92 @@ def replayed(path: Path, base: Candidate,
         return None
     label = replay_label(path.best_case_id, [s.label for s in applied])
     return replace(candidate, strategy=label), applied
+
+
+# A replayed path that gained here less than this share of what it gained where it was found
+# (in ln speedup) likely has a step that does not pay here.
+UNDERDELIVERED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The replayed incumbent made again from the start with only some of the path's steps."""
+
+    candidate: Candidate
+    preference: float  # among ablations, the one to try first is the highest
+    why: str
+
+
+def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablation]:
+    """The incumbent, when it is a replayed path that gained here far less than where it was
+    found, made again from the start without each of its source steps in turn (a flag set it
+    brought has drop_flags), the step the prior expects least of left out first; then each
+    source step alone, without the path's flags, the one the prior expects most of first. The
+    steps were only timed together: replayed on avg_pool2d, row_sum's path (-ffast-math, the
+    parallel loop, a float accumulator) made it 1.2x faster where the parallel loop alone made
+    it 1.9x, and without either the flags or the accumulator it was still no faster."""
+    incumbent = situation.incumbent
+    case = Case.objects.filter(pk=incumbent.case_id).first() if incumbent else None
+    if case is None or not is_replay(case.strategy):
+        return []
+    start = lineage_of(case, tree_of(case))[0]
+    if not underdelivered(case, start):
+        return []
+    steps = steps_of(case.strategy)
+    sources = [i for i, step in enumerate(steps) if not sets_flags_or_threads(step)]
+    base, followed = candidate_of_case(start), followed_case_id(case.strategy)
+    ablations = []
+    for index in sources:
+        step, all_but = steps[index], set(range(len(steps))) - {index}
+        for kept, preference, why in (
+            (all_but, -prior(move_of(step), order), f"the replayed path again without {step}"),
+            ({index}, -1.0 + prior(move_of(step), order), f"{step} of the replayed path alone"),
+        ):
+            made = made_with(base, steps, kept, situation)
+            if made is not None:
+                label = replay_label(followed, [c.strategy for c in made])
+                because = (f"{why}: it gained here well under half of what it gained where it "
+                           "was found, and its steps were timed only together")  # fmt: skip
+                ablations.append(Ablation(replace(made[-1], strategy=label), preference, because))
+    return ablations
+
+
+def underdelivered(case: Case, start: Case) -> bool:
+    """Whether a replayed kernel gained over its start less than UNDERDELIVERED_SHARE of what
+    the path it followed gained over its own start."""
+    followed = Case.objects.filter(pk=followed_case_id(case.strategy)).first()
+    if followed is None or not (case.latency_ms and start.latency_ms and followed.latency_ms):
+        return False
+    origin = lineage_of(followed, tree_of(followed))[0]
+    if not origin.latency_ms or origin.latency_ms <= followed.latency_ms:
+        return False
+    gained_here = math.log(start.latency_ms / case.latency_ms)
+    return gained_here < UNDERDELIVERED_SHARE * math.log(origin.latency_ms / followed.latency_ms)
+
+
+def followed_case_id(label: str) -> int:
+    """N for `replay(case=N): ...`; 0 (no case) for a label that does not say."""
+    case = label_params(head_of(label)).get("case", "")
+    return int(case) if case.isdigit() else 0
+
+
+def made_with(base: Candidate, steps: list[str], kept: set[int],
+              situation: Situation) -> list[Candidate] | None:  # fmt: skip
+    """`base` after the `kept` steps of `steps` (by index), in order, each on the loop that
+    plays the role it played in the full sequence (leaving a step out can renumber the loops);
+    None when a step then no longer applies or none is kept."""
+    made: list[Candidate] = []
+    candidate, there = base, base.source
+    for index, step in enumerate(steps):
+        label_here = step_for(candidate.source, step, there) if index in kept else None
+        there = source_after(step, there)
+        if index not in kept:
+            continue
+        after = step_applied(label_here, candidate, situation) if label_here else None
+        if after is None:
+            return None
+        candidate, made = after, [*made, after]
+    return made or None
 
 
 def sets_flags_or_threads(label: str) -> bool:
@@ -692,12 +786,16 @@ Measured = dict[KernelKey, list[Evidence]]
 
 def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
               order: tuple[str, ...], replays: dict[str, Replay],
-              measured: Measured | None = None) -> Score:  # fmt: skip
+              measured: Measured | None = None,
+              ablations: dict[str, Ablation] | None = None) -> Score:  # fmt: skip
     tie_break = random.Random(f"{seed}:{candidate.strategy}").random()  # noqa: S311
     here = (measured or {}).get(candidate.kernel_key)
     measured_gain = statistics.fmean(e.gain for e in here) if here else 0.0
     if candidate.strategy in replays:
         return (replays[candidate.strategy].score + measured_gain, 0.0, tie_break)
+    ablation = (ablations or {}).get(candidate.strategy)
+    if ablation is not None:  # like a flag set taken out again: the same idea
+        return (prior(DROP_FLAGS, order) + measured_gain, ablation.preference, tie_break)
     move = move_of(candidate.strategy)
     score = prior(move, order) + evidence_for(move, evidence) + measured_gain
     dropped = flags_dropped_by(candidate.strategy)

@@ -109,8 +109,7 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     start = lineage[0]
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
-    steps = without_undone(step for parent, child in itertools.pairwise(lineage)
-                           for step in steps_with_gains(parent, child))  # fmt: skip
+    steps = without_undone(steps_along(lineage))
     operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
@@ -156,10 +155,23 @@ def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
     return chain[::-1]
 
 
+def steps_along(lineage: list[Case]) -> list[Step]:
+    """The steps from the start of `lineage` to its last case. A replayed kernel is made from
+    the start whatever its parent (a replay made again without one of its steps is a child of
+    the replay): the path to it is its own steps, sharing its gain over the start."""
+    start, steps = lineage[0], list[Step]()
+    for parent, child in itertools.pairwise(lineage):
+        if is_replay(child.strategy):
+            steps = steps_with_gains(start, child)
+        else:
+            steps += steps_with_gains(parent, child)
+    return steps
+
+
 def steps_with_gains(parent: Case, child: Case) -> list[Step]:
-    """The steps that made `child` from `parent`, sharing its gain equally (the steps of a
-    replay were timed together)."""
-    speedup = child.speedup_vs_parent
+    """The steps that made `child` from `parent` (an ancestor, for a replay), sharing its gain
+    equally (the steps of a replay were timed together)."""
+    speedup = child.speedup_vs_parent if child.parent_id == parent.pk else None
     if not speedup and parent.latency_ms and child.latency_ms:
         speedup = parent.latency_ms / child.latency_ms
     labels = steps_of(child.strategy)
