@@ -29,7 +29,8 @@ only timed together with the path's other steps, so taking it out again (`drop_f
 move of its own: after the float accumulator in the prior (last of all on a kernel that calls
 the math library), higher the more memory says the flag set slowed similar kernels. A source
 step can cost here too: a replayed kernel that gained far less than its path did where it was
-found is made again without each of its source steps in turn (see ablation_moves).
+found is made again without each of its source steps in turn, then with each alone (see
+ablation_moves).
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
