@@ -418,9 +418,8 @@ def replayed(path: Path, base: Candidate,
     candidate, applied = base, list[Step]()
     there = path.start_source  # the kernel each step was applied to where it was found
     for step in path.steps:
-        label_here = step_for(candidate.source, step.label, there)
+        after = applied_here(step.label, candidate, there, situation)
         there = source_after(step.label, there)
-        after = step_applied(label_here, candidate, situation) if label_here else None
         if after is None:
             continue
         made = Step(after.strategy, step.gain)  # the step as it applied here
@@ -507,15 +506,21 @@ def made_with(base: Candidate, steps: list[str], kept: set[int],
     made: list[Candidate] = []
     candidate, there = base, base.source
     for index, step in enumerate(steps):
-        label_here = step_for(candidate.source, step, there) if index in kept else None
+        if index in kept:
+            after = applied_here(step, candidate, there, situation)
+            if after is None:
+                return None
+            candidate, made = after, [*made, after]
         there = source_after(step, there)
-        if index not in kept:
-            continue
-        after = step_applied(label_here, candidate, situation) if label_here else None
-        if after is None:
-            return None
-        candidate, made = after, [*made, after]
     return made or None
+
+
+def applied_here(step: str, candidate: Candidate, there: str,
+                 situation: Situation) -> Candidate | None:  # fmt: skip
+    """`candidate` after a path's step that was applied to `there` where it was found, on the
+    loop that plays the same role here; None when it does not apply here."""
+    label_here = step_for(candidate.source, step, there)
+    return step_applied(label_here, candidate, situation) if label_here else None
 
 
 def sets_flags_or_threads(label: str) -> bool:

@@ -1588,9 +1588,14 @@ def _scratch_names(kernel: _Kernel, strategy: Strategy, loop: _Loop, *roles: str
     """Fresh names for a lowering that keeps its buffers in scratch; an older helper, from
     before scratch existed, cannot give it any."""
     used = set(identifiers(kernel.tree.root_node))
-    if HELPER_NAME in used and SCRATCH_NAME not in used:
+    if _older_helper_lacks(used, SCRATCH_NAME):
         _fail(strategy, loop, f"the kernel has an older {HELPER_NAME}, without {SCRATCH_NAME}")
     return [_fresh_name(f"kope_{role}", used) for role in roles]
+
+
+def _older_helper_lacks(used: set[str], name: str) -> bool:
+    """Whether the kernel (its identifiers `used`) has a GEMM helper from before `name`."""
+    return HELPER_NAME in used and name not in used
 
 
 def _causal(sums: _Loop) -> bool:
@@ -1601,7 +1606,7 @@ def _causal(sums: _Loop) -> bool:
 def _masked_helper_at_hand(kernel: _Kernel, strategy: Strategy, sums: _Loop) -> None:
     """A causal row loop's GEMM calls the masked one, which a helper from before it lacks."""
     used = set(identifiers(kernel.tree.root_node))
-    if _causal(sums) and HELPER_NAME in used and MASKED_HELPER_NAME not in used:
+    if _causal(sums) and _older_helper_lacks(used, MASKED_HELPER_NAME):
         _fail(strategy, sums, f"the kernel has an older {HELPER_NAME}, without "
                               f"{MASKED_HELPER_NAME}")  # fmt: skip
 
