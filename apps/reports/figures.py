@@ -3,7 +3,9 @@
 A suite report reads like the papers' tables. Every operator the session was configured with
 counts: one that never finished (a stopped or failed session) is a failure, not a gap. The
 arithmetic (pass rate, geometric means, fraction faster, median self-acceleration) is the
-benchmark's own, apps/runs/bench.py, so a report and `manage.py bench kernels` agree.
+benchmark's own, apps/runs/bench.py, so a report agrees with the figures `manage.py bench
+kernels` gives as the sessions recorded them (the benchmark's headline ratios are timed again
+side by side, which a report, reading only the database, does not do).
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ it beats PyTorch, the rounds used, and the round that made the best kernel (wher
 end on the same kernel, what memory saved is rounds). The memory effect is the geometric mean
 over operators of best latency with memory off / with memory on (> 1: memory helped).
 
-Those figures divide latencies from different evaluations; `paired` has them again with each
-pair of kernels timed side by side in one process at the end (see paired_summary).
+Every ratio it reports is measured side by side: at the end each pair of kernels (best over
+start per mode, best with memory on over best with memory off) is timed again in one process,
+taking turns (see side_by_side_ratios). The sessions' own ratios divide latencies from
+evaluations minutes apart; they are kept as `..._as_recorded`.
 
 `host_parallel_speedup` probes the host before, between and after the sessions (apps/devices/
 host.py): how much faster a matrix product ran on every core than on one. Well under the core
@@ -27,7 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -107,9 +109,9 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
         sessions[mode] = session.pk
         results[mode] = operator_results(session, slugs, mode, kernels.rounds)
         host[f"after_memory_{mode}"] = parallel_speedup()
-    report = summary(results, slugs)
-    report.update(paired_summary(team, sessions, slugs, kernels, options.progress, since))
+    paired = side_by_side_ratios(team, sessions, slugs, kernels, options.progress, since)
     host["after_side_by_side"] = parallel_speedup()
+    report = summary(results, paired, slugs)
     report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1})
     report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
                   wall_s=time.monotonic() - started,
@@ -272,26 +274,52 @@ def ratio_of(off_ms: float | None, on_ms: float | None) -> float | None:
     return off_ms / on_ms if off_ms and on_ms else None
 
 
-def summary(results: dict[str, list[OperatorResult]], slugs: list[str]) -> dict[str, Any]:
+def summary(results: dict[str, list[OperatorResult]], paired: dict[str, dict[str, Any]],
+            slugs: list[str]) -> dict[str, Any]:  # fmt: skip
+    """Per operator and per mode, the figures with every ratio as measured side by side; the
+    ratios as the sessions recorded them sit beside them (`..._as_recorded`)."""
     on = {r.operator: r for r in results["read_write"]}
     off = {r.operator: r for r in results["off"]}
-    ratios = [r for s in slugs if (r := latency_ratio(off[s], on[s])) is not None]
+    on_beside = {s: measured_beside(on[s], paired[s]["on"]) for s in slugs}
+    off_beside = {s: measured_beside(off[s], paired[s]["off"]) for s in slugs}
+    memory = {s: first_known(paired[s]["memory"], latency_ratio(off[s], on[s])) for s in slugs}
+    recorded_memory = [latency_ratio(off[s], on[s]) or 0 for s in slugs]
     operators = []
     for slug in slugs:
-        row = asdict(on[slug])
+        row = asdict(on_beside[slug]) | {"speedup_vs_naive_as_recorded": on[slug].speedup_vs_naive}
         row.pop("mode")
         row["memory_off"] = {
-            k: v for k, v in asdict(off[slug]).items() if k not in ("operator", "mode")
-        }
-        row["memory_ratio"] = latency_ratio(off[slug], on[slug])
+            k: v for k, v in asdict(off_beside[slug]).items() if k not in ("operator", "mode")
+        } | {"speedup_vs_naive_as_recorded": off[slug].speedup_vs_naive}
+        row["memory_ratio"] = memory[slug]
+        row["memory_ratio_as_recorded"] = latency_ratio(off[slug], on[slug])
         operators.append(row)
     return {
         "operators": operators,
-        "memory_on": mode_summary(results["read_write"]),
-        "memory_off": mode_summary(results["off"]),
-        "memory_effect": geomean(ratios),
+        "memory_on": mode_figures(list(on_beside.values()), results["read_write"]),
+        "memory_off": mode_figures(list(off_beside.values()), results["off"]),
+        "memory_effect": geomean([memory[s] or 0 for s in slugs]),
+        "memory_effect_as_recorded": geomean(recorded_memory),
         "memory_effect_by_round": memory_effect_by_round(on, off, slugs),
     }
+
+
+RECORDED_FIGURES = ("geomean_speedup_vs_naive", "median_self_acceleration")
+
+
+def mode_figures(beside: list[OperatorResult], recorded: list[OperatorResult]) -> dict[str, Any]:
+    as_recorded = mode_summary(recorded)
+    return mode_summary(beside) | {"as_recorded": {k: as_recorded[k] for k in RECORDED_FIGURES}}
+
+
+def measured_beside(result: OperatorResult, ratio: float | None) -> OperatorResult:
+    """`result` with its speedup over the start as timed side by side. Where the pair could not
+    be timed in one process, the session's own ratio stands."""
+    return result if ratio is None else replace(result, speedup_vs_naive=ratio)
+
+
+def first_known(*values: float | None) -> float | None:
+    return next((value for value in values if value is not None), None)
 
 
 def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, OperatorResult],
@@ -308,9 +336,9 @@ def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, Operato
     ]  # fmt: skip
 
 
-# --- side by side: the figures again, each pair of kernels timed in one process -------------
+# --- side by side: each ratio measured with both kernels in one process ----------------------
 #
-# The figures above divide latencies measured in different evaluations, minutes apart; on a
+# The sessions' ratios divide latencies measured in different evaluations, minutes apart; on a
 # shared host those drift by more than many gains, and the best kernel is the one whose own
 # measurement happened to come out lowest. So at the end each ratio is measured again with both
 # kernels in one process, taking turns (the evaluator's baseline): best over start for each
@@ -318,9 +346,11 @@ def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, Operato
 # itself was already timed beside it, by its session: that evaluation is the one used.
 
 
-def paired_summary(team: Team, sessions: dict[str, int], slugs: list[str],
-                   kernels: KernelsOptions, progress: Callable[[str], None],
-                   since: datetime) -> dict[str, Any]:  # fmt: skip
+def side_by_side_ratios(team: Team, sessions: dict[str, int], slugs: list[str],
+                        kernels: KernelsOptions, progress: Callable[[str], None],
+                        since: datetime) -> dict[str, dict[str, float | None]]:  # fmt: skip
+    """Per operator: "on" and "off", best over start in that mode; "memory", best with memory
+    on over best with memory off. None where one process cannot run the pair as it ran."""
     evaluate = evaluate_here_since(since)
     session = OptimizationSession.objects.get(pk=sessions["read_write"])
     ratios: dict[str, dict[str, float | None]] = {}
@@ -331,16 +361,7 @@ def paired_summary(team: Team, sessions: dict[str, int], slugs: list[str],
         pair = functools.partial(side_by_side, evaluate, session, kernels)
         ratios[slug] = {"on": pair(best["read_write"], start), "off": pair(best["off"], start),
                         "memory": pair(best["read_write"], best["off"])}  # fmt: skip
-    return {
-        "paired": {
-            "operators": ratios,
-            "median_self_acceleration_on": median_of(r["on"] for r in ratios.values()),
-            "median_self_acceleration_off": median_of(r["off"] for r in ratios.values()),
-            "geomean_speedup_vs_naive_on": geomean([r["on"] or 0 for r in ratios.values()]),
-            "geomean_speedup_vs_naive_off": geomean([r["off"] or 0 for r in ratios.values()]),
-            "memory_effect": geomean([r["memory"] or 0 for r in ratios.values()]),
-        }
-    }
+    return ratios
 
 
 def first_case(session_id: int, slug: str) -> Case | None:
@@ -380,15 +401,11 @@ def mean_of(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def median_of(values: Iterable[float | None]) -> float | None:
-    known = [value for value in values if value is not None]
-    return statistics.median(known) if known else None
-
-
 # --- tables ------------------------------------------------------------------------------------
 
 COLUMNS = ("operator", "correct", "start_ms", "best_ms", "speedup_vs_naive",
-           "speedup_vs_reference", "beats_reference", "rounds_used", "rounds_to_best")  # fmt: skip
+           "speedup_vs_naive_as_recorded", "speedup_vs_reference", "beats_reference",
+           "rounds_used", "rounds_to_best")  # fmt: skip
 
 
 def csv_text(report: dict[str, Any]) -> str:
@@ -443,11 +460,7 @@ def markdown_table(report: dict[str, Any]) -> str:
                      f"| {fmt(report['memory_off'][key])} |")  # fmt: skip
     lines.append(f"\nmemory effect (geomean best latency off / on): "
                  f"{fmt(report['memory_effect'])}")  # fmt: skip
-    effects = enumerate(report["memory_effect_by_round"], 1)
-    by_round = ", ".join(f"{k}: {fmt(effect)}" for k, effect in effects)
-    lines.append(f"memory effect had the sessions stopped after round k (k: effect): {by_round}")
-    if "paired" in report:
-        lines += ["", *paired_table(report["paired"])]
+    lines += ["", *recorded_table(report)]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
     return "\n".join(lines)
@@ -463,25 +476,31 @@ def host_line(host: dict[str, Any]) -> str:
     )
 
 
-def paired_table(paired: dict[str, Any]) -> list[str]:
+def recorded_table(report: dict[str, Any]) -> list[str]:
     lines = [
-        "Side by side (each pair timed in one process at the end of the run):",
+        "Every ratio above was timed side by side, both kernels in one process at the end of the "
+        "run. As the sessions recorded them (latencies from evaluations minutes apart):",
         "",
-        "| operator | best / naive (on) | best / naive (off) | best on / best off |",
+        "| operator | x naive (on) | x naive (off) | off/on |",
         "|---|---:|---:|---:|",
     ]
-    for slug, ratios in paired["operators"].items():
-        lines.append(f"| {slug} | {fmt(ratios['on'])} | {fmt(ratios['off'])} "
-                     f"| {fmt(ratios['memory'])} |")  # fmt: skip
-    lines += [
+    for row in report["operators"]:
+        lines.append(f"| {row['operator']} | {fmt(row['speedup_vs_naive_as_recorded'])} "
+                     f"| {fmt(row['memory_off']['speedup_vs_naive_as_recorded'])} "
+                     f"| {fmt(row['memory_ratio_as_recorded'])} |")  # fmt: skip
+    on, off = report["memory_on"]["as_recorded"], report["memory_off"]["as_recorded"]
+    effects = enumerate(report["memory_effect_by_round"], 1)
+    by_round = ", ".join(f"{k}: {fmt(effect)}" for k, effect in effects)
+    return [
+        *lines,
         "",
-        f"median self-acceleration: {fmt(paired['median_self_acceleration_on'])} (on), "
-        f"{fmt(paired['median_self_acceleration_off'])} (off); geomean x naive: "
-        f"{fmt(paired['geomean_speedup_vs_naive_on'])} (on), "
-        f"{fmt(paired['geomean_speedup_vs_naive_off'])} (off); memory effect: "
-        f"{fmt(paired['memory_effect'])}",
+        f"median self-acceleration: {fmt(on['median_self_acceleration'])} (on), "
+        f"{fmt(off['median_self_acceleration'])} (off); geomean x naive: "
+        f"{fmt(on['geomean_speedup_vs_naive'])} (on), "
+        f"{fmt(off['geomean_speedup_vs_naive'])} (off); memory effect: "
+        f"{fmt(report['memory_effect_as_recorded'])}",
+        f"memory effect had the sessions stopped after round k (k: effect): {by_round}",
     ]
-    return lines
 
 
 def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
