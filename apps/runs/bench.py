@@ -17,6 +17,8 @@ evaluations minutes apart; they are kept as `..._as_recorded`.
 `host_parallel_speedup` probes the host before, between and after the sessions (apps/devices/
 host.py): how much faster a matrix product ran on every core than on one. Well under the core
 count, another tenant held a core, and every parallel kernel's figures from then are low.
+`host_steal_share` is the share of CPU time the hypervisor gave to other guests during each
+phase (None off Linux): a host slow on every core alike, which the probe cannot see.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from apps.accounts.models import Team
 from apps.agents.policy import candidate_of_case
 from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
-from apps.devices.host import parallel_speedup
+from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
 from apps.memory.models import Case, JournalEvent
 from apps.operators.models import OperatorVersion, Suite
 from apps.operators.services import builtin_suite_load
@@ -103,16 +105,21 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     started, since = time.monotonic(), timezone.now()
     results: dict[str, list[OperatorResult]] = {}
     sessions = {}
-    host = {"before": parallel_speedup()}
+    host, steal = {"before": parallel_speedup()}, {}
     for mode in MODES:
+        ticks = cpu_ticks()
         session = run_session(team, slugs, mode, kernels, options.progress, since)
+        steal[f"memory_{mode}"] = steal_share(ticks, cpu_ticks())
         sessions[mode] = session.pk
         results[mode] = operator_results(session, slugs, mode, kernels.rounds)
         host[f"after_memory_{mode}"] = parallel_speedup()
+    ticks = cpu_ticks()
     paired = side_by_side_ratios(team, sessions, slugs, kernels, options.progress, since)
+    steal["side_by_side"] = steal_share(ticks, cpu_ticks())
     host["after_side_by_side"] = parallel_speedup()
     report = summary(results, paired, slugs)
-    report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1})
+    report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1},
+                  host_steal_share=steal)  # fmt: skip
     report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
                   wall_s=time.monotonic() - started,
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
@@ -463,6 +470,8 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines += ["", *recorded_table(report)]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
+    if "host_steal_share" in report:
+        lines.append(steal_line(report["host_steal_share"]))
     return "\n".join(lines)
 
 
@@ -474,6 +483,19 @@ def host_line(host: dict[str, Any]) -> str:
         f"(a figure well under {host['cores']} means another tenant held a core then, and the "
         "parallel kernels' figures from that time are low)."
     )
+
+
+def steal_line(steal: dict[str, float | None]) -> str:
+    shares = ", ".join(f"{fmt_share(share)} ({phase.replace('_', ' ')})"
+                       for phase, share in steal.items())  # fmt: skip
+    return (
+        "Steal: the share of this machine's CPU time the hypervisor gave to other guests: "
+        f"{shares}. Well above 0%, every kernel ran slower than on a quiet host, serial ones too."
+    )
+
+
+def fmt_share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def recorded_table(report: dict[str, Any]) -> list[str]:

@@ -86,6 +86,13 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side"}
     assert set(host) == probes | {"cores"} and all(host[p] > 0 for p in probes)
     assert "Host: a matrix product on" in Path(report["files"]["markdown"]).read_text()
+    steal = report["host_steal_share"]
+    assert set(steal) == {"memory_read_write", "memory_off", "side_by_side"}
+    assert all(0.0 <= steal[phase] <= 1.0 for phase in steal)
+    assert (
+        "Steal: the share of this machine's CPU time the hypervisor gave"
+        in Path(report["files"]["markdown"]).read_text()
+    )
 
 
 def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
