@@ -281,7 +281,10 @@ def ratio_of(off_ms: float | None, on_ms: float | None) -> float | None:
     return off_ms / on_ms if off_ms and on_ms else None
 
 
-def summary(results: dict[str, list[OperatorResult]], paired: dict[str, dict[str, Any]],
+Ratios = dict[str, dict[str, float | None]]  # per operator: "on", "off", "memory"
+
+
+def summary(results: dict[str, list[OperatorResult]], paired: Ratios,
             slugs: list[str]) -> dict[str, Any]:  # fmt: skip
     """Per operator and per mode, the figures with every ratio as measured side by side; the
     ratios as the sessions recorded them sit beside them (`..._as_recorded`)."""
@@ -289,8 +292,8 @@ def summary(results: dict[str, list[OperatorResult]], paired: dict[str, dict[str
     off = {r.operator: r for r in results["off"]}
     on_beside = {s: measured_beside(on[s], paired[s]["on"]) for s in slugs}
     off_beside = {s: measured_beside(off[s], paired[s]["off"]) for s in slugs}
-    memory = {s: first_known(paired[s]["memory"], latency_ratio(off[s], on[s])) for s in slugs}
-    recorded_memory = [latency_ratio(off[s], on[s]) or 0 for s in slugs]
+    recorded_memory = {s: latency_ratio(off[s], on[s]) for s in slugs}
+    memory = {s: first_known(paired[s]["memory"], recorded_memory[s]) for s in slugs}
     operators = []
     for slug in slugs:
         row = asdict(on_beside[slug]) | {"speedup_vs_naive_as_recorded": on[slug].speedup_vs_naive}
@@ -299,14 +302,14 @@ def summary(results: dict[str, list[OperatorResult]], paired: dict[str, dict[str
             k: v for k, v in asdict(off_beside[slug]).items() if k not in ("operator", "mode")
         } | {"speedup_vs_naive_as_recorded": off[slug].speedup_vs_naive}
         row["memory_ratio"] = memory[slug]
-        row["memory_ratio_as_recorded"] = latency_ratio(off[slug], on[slug])
+        row["memory_ratio_as_recorded"] = recorded_memory[slug]
         operators.append(row)
     return {
         "operators": operators,
         "memory_on": mode_figures(list(on_beside.values()), results["read_write"]),
         "memory_off": mode_figures(list(off_beside.values()), results["off"]),
         "memory_effect": geomean([memory[s] or 0 for s in slugs]),
-        "memory_effect_as_recorded": geomean(recorded_memory),
+        "memory_effect_as_recorded": geomean([recorded_memory[s] or 0 for s in slugs]),
         "memory_effect_by_round": memory_effect_by_round(on, off, slugs),
     }
 
@@ -355,12 +358,12 @@ def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, Operato
 
 def side_by_side_ratios(team: Team, sessions: dict[str, int], slugs: list[str],
                         kernels: KernelsOptions, progress: Callable[[str], None],
-                        since: datetime) -> dict[str, dict[str, float | None]]:  # fmt: skip
+                        since: datetime) -> Ratios:  # fmt: skip
     """Per operator: "on" and "off", best over start in that mode; "memory", best with memory
     on over best with memory off. None where one process cannot run the pair as it ran."""
     evaluate = evaluate_here_since(since)
     session = OptimizationSession.objects.get(pk=sessions["read_write"])
-    ratios: dict[str, dict[str, float | None]] = {}
+    ratios: Ratios = {}
     for slug in slugs:
         start = first_case(sessions["read_write"], slug)
         best = {mode: best_case(sessions[mode], slug) for mode in MODES}
