@@ -14,6 +14,7 @@ from apps.agents.offline.policy import (
     move_of,
     moves,
     strategy_name,
+    walks_memory_worse,
 )
 from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
@@ -296,3 +297,12 @@ def test_a_tile_that_reads_nothing_twice_comes_last(team: Team) -> None:
     assert pooling[0] == "flags(set=fast_math)"
     assert tiles and pooling[-len(tiles) :] == tiles
     assert pooling.index("omp_parallel_for(loop=L0, schedule=static)") < pooling.index(tiles[0])
+
+
+def test_swapping_a_tiles_block_loops_comes_after_swapping_its_element_loops() -> None:
+    """On transpose_2d's tiles the block loops' swap ran 0.67x and 0.86x, the element
+    loops' swap 1.15x: the first only changes the order in which tiles are visited."""
+    tiled = apply(strategy_from_label("tile(loop=L0, size=32)"), naive("transpose_2d"))
+    assert walks_memory_worse("interchange(loop=L0)", tiled)
+    assert not walks_memory_worse("interchange(loop=L2)", tiled)
+    assert not walks_memory_worse("interchange(loop=L0)", naive("transpose_2d"))

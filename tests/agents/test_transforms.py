@@ -24,6 +24,7 @@ from apps.agents.offline.transforms import (
     TransformError,
     applicable,
     apply,
+    interchange_reorders_tiles,
     interchange_stride_gain,
     loops,
     strategy_from_label,
@@ -1052,6 +1053,18 @@ def test_the_stride_gain_of_an_interchange_counts_arrays_walked_element_by_eleme
     assert interchange_stride_gain(IJP_GEMM, "L2") is None  # no loop inside it
     assert interchange_stride_gain(IJP_GEMM, "L9") is None
     assert interchange_stride_gain("not C at all {", "L0") is None
+
+
+def test_an_interchange_that_only_reorders_whole_tiles_is_told_apart() -> None:
+    """A tiled transpose's block loops (L0, L1) bound the element loops and appear in no
+    subscript; its element loops (L2, L3), and a naive kernel's loops, are read by them."""
+    tiled = apply(make("tile", loop="L0", size=32), naive("transpose_2d"))
+    assert interchange_reorders_tiles(tiled, "L0")
+    assert not interchange_reorders_tiles(tiled, "L1")  # jj around i: i is read
+    assert not interchange_reorders_tiles(tiled, "L2")
+    flagged = [(operator, info.id) for operator in OPERATORS for info in loops(naive(operator))
+               if interchange_reorders_tiles(naive(operator), info.id)]  # fmt: skip
+    assert flagged == []
 
 
 def test_a_tile_of_a_nest_that_walks_memory_in_order_is_told_apart() -> None:

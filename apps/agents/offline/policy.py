@@ -69,6 +69,7 @@ from apps.agents.offline.transforms import (
     TransformError,
     applicable,
     apply,
+    interchange_reorders_tiles,
     interchange_stride_gain,
     strategy_from_label,
     tile_finds_no_reuse,
@@ -202,7 +203,8 @@ def walks_memory_worse(label: str, source: str) -> bool:
     """Whether a compiler's cost model would turn `label` down on `source`: an interchange that
     leaves the innermost loop walking fewer arrays element by element
     (transforms.interchange_stride_gain; attention's sum over values turned to run over keys
-    made the kernel 2x slower, the first round of every attention session), or a tile of a
+    made the kernel 2x slower, the first round of every attention session) or that only
+    reorders whole tiles (transforms.interchange_reorders_tiles), or a tile of a
     nest that walks memory in order already (transforms.tile_walks_in_order; tiled, the same
     sum ran 1.2x slower) or that reads nothing twice (transforms.tile_finds_no_reuse;
     avg_pool2d's output rows, tiled, ran 2x slower). Such a move comes after everything else
@@ -211,7 +213,7 @@ def walks_memory_worse(label: str, source: str) -> bool:
     move, loop = move_key(label)
     if move == "interchange":
         gain = interchange_stride_gain(source, loop)
-        return gain is not None and gain < 0
+        return (gain is not None and gain < 0) or interchange_reorders_tiles(source, loop)
     return move == "tile" and (
         tile_walks_in_order(source, loop) or tile_finds_no_reuse(source, loop)
     )

@@ -298,6 +298,30 @@ def interchange_stride_gain(source: str, loop_id: str) -> int | None:
                for index in _subscripts(nest.inner))  # fmt: skip
 
 
+def interchange_reorders_tiles(source: str, loop_id: str) -> bool:
+    """Whether interchanging `loop_id` with its perfect child would only change the order in
+    which whole tiles are visited: no subscript in the child's body reads either variable,
+    and both bound the loops inside (a tile's block loops, `ii` and `jj` around `i` and `j`).
+    Every array is walked as before, element by element; on transpose_2d's tiles the swap
+    ran 0.67x and 0.86x."""
+    nest = _perfect_pair(source, loop_id)
+    if nest is None:
+        return False
+    body = field(nest.inner.node, "body")
+    if body is None:
+        return False
+    pair = {nest.outer_var, nest.inner_var}
+    read = {name for index in _subscripts(nest.inner) for name in identifiers(index)}
+    bounding = {name for node in walk(body) if node.type == "for_statement"
+                for name in identifiers(node) if _in_loop_header(node, name)}  # fmt: skip
+    return not (pair & read) and pair <= bounding
+
+
+def _in_loop_header(loop: Node, name: str) -> bool:
+    parts = (field(loop, part) for part in ("initializer", "condition"))
+    return any(part is not None and name in identifiers(part) for part in parts)
+
+
 def tile_walks_in_order(source: str, loop_id: str) -> bool:
     """Whether tiling `loop_id` with its perfect, innermost child would cut up a nest that
     already walks memory in order: every subscript in the child's body steps one element with
