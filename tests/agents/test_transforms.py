@@ -29,6 +29,7 @@ from apps.agents.offline.transforms import (
     loops,
     strategy_from_label,
     tile_finds_no_reuse,
+    tile_splits_a_tile,
     tile_walks_in_order,
 )
 from apps.devices.cpu_c.harness import Call, load_kernel
@@ -1064,6 +1065,17 @@ def test_an_interchange_that_only_reorders_whole_tiles_is_told_apart() -> None:
     assert not interchange_reorders_tiles(tiled, "L2")
     flagged = [(operator, info.id) for operator in OPERATORS for info in loops(naive(operator))
                if interchange_reorders_tiles(naive(operator), info.id)]  # fmt: skip
+    assert flagged == []
+
+
+def test_a_tile_of_a_tiles_element_loop_is_told_apart() -> None:
+    """A tiled transpose's element loops (L2, L3) are bounded by its block loops; the block
+    loops themselves, and every naive kernel's loops, are not."""
+    tiled = apply(make("tile", loop="L0", size=32), naive("transpose_2d"))
+    assert tile_splits_a_tile(tiled, "L2") and tile_splits_a_tile(tiled, "L3")
+    assert not tile_splits_a_tile(tiled, "L0") and not tile_splits_a_tile(tiled, "L1")
+    flagged = [(operator, info.id) for operator in OPERATORS for info in loops(naive(operator))
+               if tile_splits_a_tile(naive(operator), info.id)]  # fmt: skip
     assert flagged == []
 
 

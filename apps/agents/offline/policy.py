@@ -73,6 +73,7 @@ from apps.agents.offline.transforms import (
     interchange_stride_gain,
     strategy_from_label,
     tile_finds_no_reuse,
+    tile_splits_a_tile,
     tile_walks_in_order,
 )
 from apps.agents.policy import (
@@ -207,7 +208,8 @@ def walks_memory_worse(label: str, source: str) -> bool:
     reorders whole tiles (transforms.interchange_reorders_tiles), or a tile of a
     nest that walks memory in order already (transforms.tile_walks_in_order; tiled, the same
     sum ran 1.2x slower) or that reads nothing twice (transforms.tile_finds_no_reuse;
-    avg_pool2d's output rows, tiled, ran 2x slower). Such a move comes after everything else
+    avg_pool2d's output rows, tiled, ran 2x slower), or a tile of a tile's element loop
+    (transforms.tile_splits_a_tile). Such a move comes after everything else
     that applies, even the moves worn out here: the evaluator still decides, if rounds are
     left."""
     move, loop = move_key(label)
@@ -215,7 +217,9 @@ def walks_memory_worse(label: str, source: str) -> bool:
         gain = interchange_stride_gain(source, loop)
         return (gain is not None and gain < 0) or interchange_reorders_tiles(source, loop)
     return move == "tile" and (
-        tile_walks_in_order(source, loop) or tile_finds_no_reuse(source, loop)
+        tile_walks_in_order(source, loop)
+        or tile_finds_no_reuse(source, loop)
+        or tile_splits_a_tile(source, loop)
     )
 
 
