@@ -307,19 +307,11 @@ def interchange_reorders_tiles(source: str, loop_id: str) -> bool:
     nest = _perfect_pair(source, loop_id)
     if nest is None:
         return False
-    body = field(nest.inner.node, "body")
-    if body is None:
-        return False
     pair = {nest.outer_var, nest.inner_var}
     read = {name for index in _subscripts(nest.inner) for name in identifiers(index)}
-    bounding = {name for node in walk(body) if node.type == "for_statement"
-                for name in identifiers(node) if _in_loop_header(node, name)}  # fmt: skip
+    bounding = {name for inside in _analyse(source).descendants(nest.inner)
+                for part in _header_parts(inside.node) for name in identifiers(part)}  # fmt: skip
     return not (pair & read) and pair <= bounding
-
-
-def _in_loop_header(loop: Node, name: str) -> bool:
-    parts = (field(loop, part) for part in ("initializer", "condition"))
-    return any(part is not None and name in identifiers(part) for part in parts)
 
 
 def tile_walks_in_order(source: str, loop_id: str) -> bool:
@@ -362,11 +354,8 @@ def tile_splits_a_tile(source: str, loop_id: str) -> bool:
     loop = kernel.by_id(loop_id)
     if loop is None or loop.header is None:
         return False
-    block_vars, parent = set(), loop.info.parent
-    while parent is not None and (outer := kernel.by_id(parent)) is not None:
-        if outer.header is not None and outer.header.step > 1:
-            block_vars.add(outer.header.var)
-        parent = outer.info.parent
+    block_vars = {outer.header.var for outer in kernel.ancestors(loop)
+                  if outer.header is not None and outer.header.step > 1}  # fmt: skip
     return bool(block_vars & set(identifiers(loop.header.bound)))
 
 
