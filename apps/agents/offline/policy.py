@@ -29,8 +29,8 @@ only timed together with the path's other steps, so taking it out again (`drop_f
 move of its own: after the float accumulator in the prior (last of all on a kernel that calls
 the math library), higher the more memory says the flag set slowed similar kernels. A source
 step can cost here too: a replayed kernel that gained far less than its path did where it was
-found is made again without each of its source steps in turn, then with each alone (see
-ablation_moves).
+found is made again with only its most promising source step, then without each of its source
+steps in turn, then with each other one alone (see ablation_moves).
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -453,12 +453,15 @@ class Ablation:
 
 def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablation]:
     """The incumbent, when it is a replayed path that gained here far less than where it was
-    found, made again from the start without each of its source steps in turn (a flag set it
-    brought has drop_flags), the step the prior expects least of left out first; then each
-    source step alone, without the path's flags, the one the prior expects most of first. The
-    steps were only timed together: replayed on avg_pool2d, row_sum's path (-ffast-math, the
-    parallel loop, a float accumulator) made it 1.2x faster where the parallel loop alone made
-    it 1.9x, and without either the flags or the accumulator it was still no faster."""
+    found, made again from the start: first with only the source step the prior expects most
+    of, without the path's flags (the kernel a session without memory makes first, so a path
+    that does not pay here costs one round, not one per step); then without each of its
+    source steps in turn (a flag set it brought has drop_flags), the step the prior expects
+    least of left out first; then each other source step alone. The steps were only timed
+    together: replayed on avg_pool2d, row_sum's path (-ffast-math, the parallel loop, a float
+    accumulator) made it 1.2x faster where the parallel loop alone made it 1.9x, and in a suite
+    run the flags taken out, then each of the other two steps left out, took three rounds
+    and found nothing."""
     incumbent = situation.incumbent
     case = Case.objects.filter(pk=incumbent.case_id).first() if incumbent else None
     if case is None or not is_replay(case.strategy):
@@ -469,12 +472,14 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
     steps = steps_of(case.strategy)
     sources = [i for i, step in enumerate(steps) if not sets_flags_or_threads(step)]
     base, followed = candidate_of_case(start), followed_case_id(case.strategy)
+    strongest = max(sources, key=lambda i: prior(move_of(steps[i]), order), default=None)
     ablations = []
     for index in sources:
         step, all_but = steps[index], set(range(len(steps))) - {index}
+        alone = 1.0 if index == strongest else -1.0 + prior(move_of(step), order)
         for kept, preference, why in (
             (all_but, -prior(move_of(step), order), f"the replayed path again without {step}"),
-            ({index}, -1.0 + prior(move_of(step), order), f"{step} of the replayed path alone"),
+            ({index}, alone, f"{step} of the replayed path alone"),
         ):
             made = made_with(base, steps, kept, situation)
             if made is not None:
