@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.agents.policy import candidate_of_case
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
@@ -73,12 +74,25 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     beside = Evaluation.objects.get(source=best.source,
                                     options__baseline_sha256=start.source.sha256)  # fmt: skip
     ratio = beside.verdict["timed"]["vs_baseline"]
+    last_off = Case.objects.filter(session_id=report["sessions"]["off"]).latest("created_at")
+    assert beside.finished_at is not None and beside.finished_at > last_off.created_at, (
+        "timed afresh after both sessions, not the evaluation that made the best kernel"
+    )
     assert row["speedup_vs_naive"] == ratio and ratio > 1.5
     assert report["memory_on"]["median_self_acceleration"] == ratio
     as_recorded = report["memory_on"]["as_recorded"]
     assert as_recorded["median_self_acceleration"] == finished["speedup_vs_start"]
     assert rows[0]["speedup_vs_naive"] == str(ratio)
     assert report["memory_effect"] == row["memory_ratio"] > 0
+    off_finished = JournalEvent.objects.get(session_id=report["sessions"]["off"],
+                                            kind="operator_finished").payload  # fmt: skip
+    best_off = Case.objects.get(pk=off_finished["best_case_id"])
+    same = candidate_of_case(best).kernel_key == candidate_of_case(best_off).kernel_key
+    assert row["same_best_kernel"] is same
+    assert report["operators_with_the_same_best_kernel"] == int(same)
+    assert not same or row["memory_ratio"] == 1.0
+    assert (f"the same kernel (source, flags, threads) for {int(same)} of 1 operators"
+            in Path(report["files"]["markdown"]).read_text())  # fmt: skip
     assert "As the sessions recorded them" in Path(report["files"]["markdown"]).read_text()
     assert "stopped after round k (k: effect): 1: " in Path(report["files"]["markdown"]).read_text()
     # the host was probed before, between and after the sessions
