@@ -114,7 +114,7 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
         results[mode] = operator_results(session, slugs, mode, kernels.rounds)
         host[f"after_memory_{mode}"] = parallel_speedup()
     ticks = cpu_ticks()
-    paired = side_by_side_ratios(team, sessions, slugs, kernels, options.progress)
+    paired = side_by_side_ratios(sessions, slugs, kernels, options.progress)
     steal["side_by_side"] = steal_share(ticks, cpu_ticks())
     host["after_side_by_side"] = parallel_speedup()
     report = summary(results, paired, same_best_kernels(sessions, slugs), slugs)
@@ -361,8 +361,7 @@ def memory_effect_by_round(on: dict[str, OperatorResult], off: dict[str, Operato
 # busy elsewhere: axpby's best read 1.31x there and 2.1x in the other mode's session).
 
 
-def side_by_side_ratios(team: Team, sessions: dict[str, int], slugs: list[str],
-                        kernels: KernelsOptions,
+def side_by_side_ratios(sessions: dict[str, int], slugs: list[str], kernels: KernelsOptions,
                         progress: Callable[[str], None]) -> Ratios:  # fmt: skip
     """Per operator: "on" and "off", best over start in that mode; "memory", best with memory
     on over best with memory off. None where one process cannot run the pair as it ran."""
