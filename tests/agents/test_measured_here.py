@@ -4,6 +4,8 @@ earlier path from its start ahead of a path found on another operator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from apps.accounts.models import Team
 from apps.agents.offline.policy import (
     OfflineSearchPolicy,
@@ -180,3 +182,34 @@ def test_what_a_flag_set_did_to_this_very_source_under_other_flags_is_evidence(
     [drop] = [e for e in evidence if e.key == f"case:{dropped}"]
     assert drop.move == "drop_flags(set=fast_math)" and drop.says < 0
     assert "slowed 0.10x" in drop.why
+
+
+def test_the_own_best_made_again_with_one_step_of_a_replay_is_replayed_first(
+    team: Team,
+) -> None:
+    """A warm suite run: the cold session replayed layernorm's path (-ffast-math, the parallel
+    loop; 4.8x there) on avg_pool2d for 1.26x, then made it again with the parallel loop alone
+    for 1.9x over the start, a child of the replay. Its one-step path from this very start is
+    the operator's own: replayed first, ahead of the foreign path memory measured here at
+    1.26x."""
+    foreign = Run(team, "layernorm")
+    foreign.grow("flags(set=fast_math)", 3.0)
+    foreign_best = foreign.grow(POOL_PARALLEL, 1.6)
+    cold = Run(team, "avg_pool2d")
+    replay = propose(cold.situation([hit(foreign_best)])).candidate
+    assert replay is not None and replay.strategy.startswith(f"replay(case={foreign_best})")
+    replay_case = cold.record(replay, "improved", cold.latency / 1.26, parent=cold.start,
+                              speedup_vs_parent=1.26)  # fmt: skip
+    [alone] = [c for c in moves(cold.situation()) if c.strategy == POOL_PARALLEL]
+    head = replay.strategy.partition(": ")[0]
+    own_best = cold.record(replace(alone, strategy=f"{head}: {POOL_PARALLEL}"), "improved",
+                           cold.latency / 1.9, parent=replay_case,
+                           speedup_vs_parent=1.9 / 1.26)  # fmt: skip
+    now = Run(team, "avg_pool2d")
+
+    proposal = propose(now.situation([hit(foreign_best), hit(replay_case), hit(own_best)]))
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == f"replay(case={own_best}): {POOL_PARALLEL}"
+    assert proposal.candidate.kernel_key == alone.kernel_key
+    assert any("took from this very kernel to its best" in a["why"] for a in proposal.adopted)

@@ -152,7 +152,10 @@ class OfflineSearchPolicy:
             return Proposal(None, rationale=no_start_reason(situation))
         order = prior_order(kernel_features(situation.incumbent.candidate.source))
         ordinary = moves(situation)
-        replays = {r.candidate.strategy: r for r in replay_moves(situation, ordinary, order)}
+        cases = retrieved_cases(situation.retrieved)
+        measured = measured_from_here(situation, cases)
+        replays = {r.candidate.strategy: r
+                   for r in replay_moves(situation, ordinary, order, measured)}  # fmt: skip
         ablations = {a.candidate.strategy: a for a in ablation_moves(situation, order)}
         made = [*ordinary, *(r.candidate for r in replays.values()),
                 *(a.candidate for a in ablations.values())]  # fmt: skip
@@ -161,9 +164,7 @@ class OfflineSearchPolicy:
         if not options:
             return Proposal(None, rationale="every strategy that applies to the incumbent "
                             "has been tried or makes a kernel already run")  # fmt: skip
-        cases = retrieved_cases(situation.retrieved)
         evidence = gather_evidence(situation, cases)
-        measured = measured_from_here(situation, cases)
         worn = worn_moves(situation)
         source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
@@ -330,7 +331,10 @@ def drop_moves(base: Candidate, names: set[str]) -> list[Candidate]:
 
 # --- a path memory brought back ------------------------------------------------------------
 
-MIN_REPLAY_STEPS = 2  # one step is an ordinary move, offered (and scored) as such
+# One step is an ordinary move, offered (and scored) as such; but the operator's own path from
+# this very start counts at any length: a best kernel made again without a replay's other steps
+# is a child of the replay, so no case made from this start says what it gained but its path.
+MIN_REPLAY_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -374,11 +378,13 @@ class Replay:
                 f"there; {self.weight:.0%} relevant here)")  # fmt: skip
 
 
-def replay_moves(situation: Situation, options: list[Candidate],
-                 order: tuple[str, ...]) -> list[Replay]:  # fmt: skip
+def replay_moves(situation: Situation, options: list[Candidate], order: tuple[str, ...],
+                 measured: Measured) -> list[Replay]:  # fmt: skip
     """Each retrieved path replayed on the starting kernel, where two or more of its steps
-    apply and gained there, and it makes every lowering among `options` that it could. Only
-    from the start: the steps were found from a start, in order."""
+    apply and gained there (one, on the operator's own path from this very start, unless
+    `measured` already holds the ordinary move that makes its kernel), and it makes every
+    lowering among `options` that it could. Only from the start: the steps were found from a
+    start, in order."""
     incumbent = situation.incumbent
     if incumbent is None or not situation.retrieved or not at_start(incumbent.case_id):
         return []
@@ -388,15 +394,17 @@ def replay_moves(situation: Situation, options: list[Candidate],
                   version_id=situation.operator.version_id)  # fmt: skip
     replays = []
     for path in found:
-        made = replayed(path, incumbent.candidate, situation)
+        from_here = found_from_this_start(path, situation)
+        made = replayed(path, incumbent.candidate, situation, 1 if from_here else MIN_REPLAY_STEPS)
         if made is None:
             continue
         candidate, applied = made
+        if len(applied) < MIN_REPLAY_STEPS and candidate.kernel_key in measured:
+            continue
         names = {strategy_name(step.label) for step in applied}
         family = 1.0 if path.family == situation.operator.family else OTHER_FAMILY_FACTOR
         weight = path.similarity * overlap(here, kernel_features(path.start_source)) * family
         best_prior = max(prior(move_of(step.label), order) for step in applied)
-        from_here = found_from_this_start(path, situation)
         replay = Replay(candidate, path, tuple(applied), 1.0 if from_here else weight, best_prior,
                         from_here)  # fmt: skip
         if weight > 0 and replay.gain > 0 and lowerings <= names:
@@ -417,10 +425,10 @@ def at_start(case_id: int) -> bool:
     return Case.objects.filter(pk=case_id, parent__isnull=True).exists()
 
 
-def replayed(path: Path, base: Candidate,
-             situation: Situation) -> tuple[Candidate, list[Step]] | None:  # fmt: skip
+def replayed(path: Path, base: Candidate, situation: Situation,
+             min_steps: int) -> tuple[Candidate, list[Step]] | None:  # fmt: skip
     """`base` after every step of `path` that applies to it, in order, and those steps; None
-    when fewer than MIN_REPLAY_STEPS did."""
+    when fewer than `min_steps` did."""
     candidate, applied = base, list[Step]()
     there = path.start_source  # the kernel each step was applied to where it was found
     for step in path.steps:
@@ -431,7 +439,7 @@ def replayed(path: Path, base: Candidate,
         made = Step(after.strategy, step.gain)  # the step as it applied here
         if fits(replay_label(path.best_case_id, [s.label for s in [*applied, made]])):
             candidate, applied = after, [*applied, made]
-    if len(applied) < MIN_REPLAY_STEPS:
+    if len(applied) < min_steps:
         return None
     label = replay_label(path.best_case_id, [s.label for s in applied])
     return replace(candidate, strategy=label), applied
