@@ -410,9 +410,9 @@ def side_by_side(evaluate: Evaluate, session: OptimizationSession, kernels: Kern
     if not timed_kernel(case) or not timed_kernel(baseline):
         return None
     assert case is not None and baseline is not None
-    if same_kernel(case, baseline):
-        return 1.0
     kernel, other = candidate_of_case(case), candidate_of_case(baseline)
+    if kernel.kernel_key == other.kernel_key:
+        return 1.0
     beside = baseline_settings(kernel, baseline, other)
     if not beside:
         return None
