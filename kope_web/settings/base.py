@@ -120,16 +120,19 @@ else:
     # and separate worker processes share them without a server; channels_postgres relays
     # websocket events through LISTEN/NOTIFY on the database we already have.
     CELERY_BROKER_URL = "filesystem://localhost//"
+    # kombu's transport, with whole-file writes and claims (see kope_web/broker.py).
+    CELERY_BROKER_TRANSPORT = "kope_web.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "control_folder": str(BROKER_DIR / "control"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "rejected_folder": str(BROKER_DIR / "rejected"),
         "store_processed": False,
         "polling_interval": 0.2,
     }
     # kombu expects the folders to exist; every process that sends or consumes loads settings.
-    for _folder in ("queue", "control", "processed"):
+    for _folder in ("queue", "control", "processed", "rejected"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
     CHANNEL_LAYERS = {
         "default": {

@@ -22,7 +22,7 @@ from apps.runs.config import Budgets, Measurement
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
-from tests.processes import celery_worker, daphne, session_story, wait_until
+from tests.processes import Process, celery_worker, daphne, session_story, wait_until
 from tests.workbench.test_live_events import process_env
 
 # Three operators where the first transformations pay far more than timing noise on a busy
@@ -34,10 +34,18 @@ FAST = {"seeds": 1, "warmup": 1, "repeats": 5}
 
 
 @pytest.fixture(scope="module")
-def device_worker(django_db_setup: None) -> Iterator[None]:
+def device_worker(django_db_setup: None) -> Iterator[Process]:
     """One device worker for both sessions: it keeps nothing between evaluations."""
-    with celery_worker(process_env("single-machine"), "device.cpu", "device@workers"):
-        yield
+    with celery_worker(process_env("single-machine"), "device.cpu", "device@workers") as worker:
+        yield worker
+
+
+def worker_state(worker: Process) -> str:
+    """Said when a wait times out: a worker that died explains a session that stood still."""
+    code = worker.popen.poll()
+    if code is None:
+        return "the device worker is running"
+    return f"the device worker exited ({code}); its output ended:\n{worker.output[-3000:]}"
 
 
 def flags_of(case: Case) -> list[str]:
@@ -61,7 +69,7 @@ def create_over_http(url: str, token: str, team: str) -> dict[str, Any]:
 
 
 def test_a_session_runs_on_real_workers_and_a_watcher_sees_every_event_in_order(
-    device_worker: None, transactional_db: None
+    device_worker: Process, transactional_db: None
 ) -> None:
     for slug in E2E_OPERATORS:
         stored_builtin(slug)
@@ -109,7 +117,7 @@ def test_a_session_runs_on_real_workers_and_a_watcher_sees_every_event_in_order(
 
 @pytest.mark.timeout(600)  # the two waits below, on a slow host
 def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
-    device_worker: None, transactional_db: None
+    device_worker: Process, transactional_db: None
 ) -> None:
     stored_builtin("gemm")
     session = session_create(
@@ -122,7 +130,7 @@ def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
     env = process_env("single-machine")
 
     def story() -> str:
-        return session_story(session.pk)
+        return f"{session_story(session.pk)}\n{worker_state(device_worker)}"
 
     def mid_iteration() -> int | None:
         proposed = (
