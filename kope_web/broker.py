@@ -5,8 +5,9 @@ leaves a worker reading an empty file, and the JSON error stops that worker for 
 
 Here a message is written aside and renamed into the queue folder, so it appears whole; one
 consumer claims it by renaming it into the processed folder (atomic on one filesystem, so two
-consumers never take the same file); and a file that is not a message is moved to the
-rejected folder with an error in the log, and the worker goes on to the next."""
+consumers never take the same file; kept there only with `store_processed`); and a file that
+is not a message is moved to the rejected folder with an error in the log, and the worker goes
+on to the next."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ class Channel(filesystem.Channel):
                 continue
             message = decoded_message(claimed.read_bytes())
             if message is not None:
-                claimed.unlink()
+                if not self.store_processed:
+                    claimed.unlink()
                 return message
             self.reject(claimed, queue)
         raise Empty()
