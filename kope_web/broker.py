@@ -7,16 +7,17 @@ Here a message is written aside and renamed into the queue folder, so it appears
 consumer claims it by renaming it into the processed folder (atomic on one filesystem, so two
 consumers never take the same file; kept there only with `store_processed`); and a file that
 is not a message is moved to the rejected folder with an error in the log, and the worker goes
-on to the next."""
+on to the next. What a writer killed mid-write left aside is swept away once it is older than
+any write takes."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 from queue import Empty
-from time import monotonic
 from typing import Any
 
 from kombu.exceptions import ChannelError
@@ -27,11 +28,13 @@ from kombu.utils.json import dumps, loads
 logger = logging.getLogger(__name__)
 
 PARTIAL_PREFIX = "partial_"  # a message still being written; never matches a queue's name
+# A message is written in well under a second; a partial file this old lost its writer.
+STALE_PARTIAL_SECONDS = 600
 
 
 def message_filename(queue: str) -> str:
     """kombu's naming: the time in ms first, so a sorted listing is the order sent."""
-    return f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+    return f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
 
 
 def is_message_of(filename: str, queue: str) -> bool:
@@ -60,6 +63,8 @@ class Channel(filesystem.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:
         for filename in sorted(os.listdir(self.data_folder_in)):
+            if filename.startswith(PARTIAL_PREFIX):
+                self.sweep_if_stale(filename)
             if not is_message_of(filename, queue):
                 continue
             claimed = self.claimed(filename)
@@ -81,6 +86,16 @@ class Channel(filesystem.Channel):
         except OSError:
             return None
         return claimed
+
+    def sweep_if_stale(self, filename: str) -> None:
+        path = Path(self.data_folder_in) / filename
+        try:
+            if time.time() - path.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                path.unlink()
+                logger.warning("removed %s from %s: its writer died before finishing it",
+                               filename, self.data_folder_in)  # fmt: skip
+        except FileNotFoundError:
+            pass  # its writer finished, or another consumer swept it
 
     def reject(self, claimed: Path, queue: str) -> None:
         folder = Path(self.transport_options.get("rejected_folder", "rejected"))

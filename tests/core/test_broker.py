@@ -4,6 +4,7 @@ aside instead of stopping the worker that reads it."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from django.conf import settings
 from kombu import Connection
 
 from apps.runs.tasks import resume_orphaned
-from kope_web.broker import message_filename
+from kope_web.broker import PARTIAL_PREFIX, STALE_PARTIAL_SECONDS, message_filename
 from tests.processes import celery_worker
 from tests.workbench.test_live_events import process_env
 
@@ -93,6 +94,30 @@ def test_a_file_that_is_not_a_message_is_set_aside_and_the_next_message_is_read(
     assert sorted(p.name for p in rejected.iterdir()) == sorted([empty.name, cut_short.name])
     assert f"queue mixed: {empty.name} is not a message" in caplog.text
     assert not list(Path(broker["transport_options"]["data_folder_in"]).iterdir())
+
+
+def test_a_partial_file_a_dead_writer_left_is_swept_once_stale_and_a_fresh_one_is_kept(
+    broker: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    queue_folder = Path(broker["transport_options"]["data_folder_in"])
+    stale = queue_folder / f"{PARTIAL_PREFIX}dead-writer.tmp"
+    stale.write_bytes(b'{"body": "hal')
+    long_ago = time.time() - STALE_PARTIAL_SECONDS - 5
+    os.utime(stale, (long_ago, long_ago))
+    fresh = queue_folder / f"{PARTIAL_PREFIX}writing-now.tmp"
+    fresh.write_bytes(b'{"body": "hal')
+    with Connection("filesystem://", **broker) as connection:
+        queue = connection.SimpleQueue("sweep")
+        queue.put({"n": 1})
+        with caplog.at_level(logging.WARNING, logger="kope_web.broker"):
+            message = queue.get(timeout=5)
+            message.ack()
+            with pytest.raises(queue.Empty):  # an idle poll reaches the partial files
+                queue.get(timeout=0.1)
+
+    assert message.payload == {"n": 1}
+    assert sorted(p.name for p in queue_folder.iterdir()) == [fresh.name]
+    assert f"removed {stale.name}" in caplog.text
 
 
 def test_a_worker_reading_an_empty_message_file_goes_on_to_the_next_task(
