@@ -5,18 +5,25 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
+import uuid
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from psycopg import sql
 
 from apps.agents.policy import candidate_of_case
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
 from tests.devices.test_adversarial import store_every_builtin
+from tests.workbench.test_live_events import process_env
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case
 # cost four times as much).
@@ -143,6 +150,28 @@ def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
 def test_a_team_that_does_not_exist_is_named_in_the_error(db: None) -> None:
     with pytest.raises(CommandError, match="--team no-such-team: no team has that slug"):
         bench_json("--operators", OPERATOR, "--team", "no-such-team")
+
+
+def test_a_database_migrate_never_ran_on_is_named_with_what_to_do(db: None) -> None:
+    empty = f"kope_unmigrated_{uuid.uuid4().hex[:8]}"  # the embedded server makes it on start
+    env = process_env("single-machine") | {"KOPE_DB_NAME": empty}
+    try:
+        run = subprocess.run(
+            [sys.executable, "manage.py", "bench", "kernels", "--operators", OPERATOR],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        drop_database(empty)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"the database {empty} lacks" in run.stderr
+    assert "run manage.py migrate first" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def drop_database(name: str) -> None:
+    host = connection.settings_dict["HOST"]
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def bench_json(*args: str) -> dict[str, Any]:

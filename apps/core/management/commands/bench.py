@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
@@ -48,6 +50,8 @@ class Command(BaseCommand):
             raise CommandError("--repeats must be at least 2: the spread compares evaluations")
         if options["rounds"] < 1 or options["timed_calls"] < 3:
             raise CommandError("--rounds must be at least 1 and --timed-calls at least 3")
+        if options["name"] in USES_THE_DATABASE:
+            require_a_migrated_database()
         benchmark = all_benchmarks(options)[options["name"]]
         bench_options = BenchOptions(
             repeats=options["repeats"], quick=options["quick"], progress=self.progress
@@ -63,6 +67,24 @@ class Command(BaseCommand):
 
     def progress(self, line: str) -> None:
         self.stderr.write(f"bench: {line}…")
+
+
+# The web benchmark makes and migrates a database of its own; the evaluator's needs none.
+USES_THE_DATABASE = ("kernels", "retrieval")
+
+
+def require_a_migrated_database() -> None:
+    """Stop with what to do, not a traceback from deep inside the run, on a database that
+    `manage.py migrate` has not brought up to date (a fresh KOPE_DATA_DIR, say)."""
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if plan:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:3])
+        more = f" and {len(plan) - 3} more" if len(plan) > 3 else ""
+        raise CommandError(
+            f"the database {connection.settings_dict['NAME']} lacks {len(plan)} migrations "
+            f"({names}{more}): run manage.py migrate first (make run does)"
+        )
 
 
 def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
