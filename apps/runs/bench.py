@@ -12,7 +12,8 @@ over operators of best latency with memory off / with memory on (> 1: memory hel
 Every ratio it reports is measured side by side: at the end each pair of kernels (best over
 start per mode, best with memory on over best with memory off) is timed again in one process,
 taking turns (see side_by_side_ratios). The sessions' own ratios divide latencies from
-evaluations minutes apart; they are kept as `..._as_recorded`.
+evaluations minutes apart; they are kept as `..._as_recorded`. Where the two modes ended on
+different kernels, the three pairs check each other (see disagreement).
 
 `host_parallel_speedup` probes the host before, between and after the sessions (apps/devices/
 host.py): how much faster a matrix product ran on every core than on one. Well under the core
@@ -305,6 +306,7 @@ def summary(results: dict[str, list[OperatorResult]], paired: Ratios, same: dict
         row["memory_ratio"] = memory[slug]
         row["memory_ratio_as_recorded"] = recorded_memory[slug]
         row["same_best_kernel"] = same[slug]
+        row["side_by_side_disagreement"] = disagreement(paired[slug], same[slug])
         operators.append(row)
     return {
         "operators": operators,
@@ -314,6 +316,34 @@ def summary(results: dict[str, list[OperatorResult]], paired: Ratios, same: dict
         "memory_effect_as_recorded": geomean([recorded_memory[s] or 0 for s in slugs]),
         "memory_effect_by_round": memory_effect_by_round(on, off, slugs),
         "operators_with_the_same_best_kernel": sum(same[s] for s in slugs),
+        "side_by_side_consistency": consistency([row["side_by_side_disagreement"]
+                                                 for row in operators], slugs),
+    }  # fmt: skip
+
+
+def disagreement(ratios: dict[str, float | None], same: bool) -> float | None:
+    """How far an operator's three side-by-side ratios fail to agree, as a factor >= 1: best
+    with memory on over best with memory off timed directly, against the same ratio through
+    the start (on over start / off over start). Each pair is timed in one process, but the
+    pairs minutes apart: on a quiet host the factor is near 1, and any headline ratio carries
+    about as much noise. None where both modes ended on the same kernel (nothing to compare)
+    or a pair could not be timed."""
+    on, off, memory = ratios["on"], ratios["off"], ratios["memory"]
+    if same or not (on and off and memory):
+        return None
+    return math.exp(abs(math.log(on / off / memory)))
+
+
+def consistency(factors: list[float | None], slugs: list[str]) -> dict[str, Any]:
+    """The operators' disagreement factors summed up: how many could be checked, their median
+    and the worst."""
+    checked = {slug: f for slug, f in zip(slugs, factors, strict=True) if f is not None}
+    worst = max(checked, key=checked.__getitem__, default=None)
+    return {
+        "operators_checked": len(checked),
+        "median_disagreement": statistics.median(checked.values()) if checked else None,
+        "worst_operator": worst,
+        "worst_disagreement": checked[worst] if worst else None,
     }
 
 
@@ -491,12 +521,26 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines.append(f"both modes ended on the same kernel (source, flags, threads) for "
                  f"{report['operators_with_the_same_best_kernel']} of {len(report['operators'])} "
                  "operators: there memory can only have saved rounds (best at)")  # fmt: skip
+    lines.append(consistency_line(report["side_by_side_consistency"]))
     lines += ["", *recorded_table(report)]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
     if "host_steal_share" in report:
         lines.append(steal_line(report["host_steal_share"]))
     return "\n".join(lines)
+
+
+def consistency_line(agreement: dict[str, Any]) -> str:
+    if not agreement["operators_checked"]:
+        return ("side-by-side consistency: not checked (no operator ended on different kernels "
+                "in the two modes)")  # fmt: skip
+    return (
+        f"side-by-side consistency: on the {agreement['operators_checked']} operators whose "
+        "modes ended on different kernels, memory on over off timed directly and through the "
+        f"start disagreed by a median factor of {fmt(agreement['median_disagreement'])} "
+        f"(worst: {agreement['worst_operator']}, {fmt(agreement['worst_disagreement'])}); each "
+        "ratio above carries noise of that order"
+    )
 
 
 def host_line(host: dict[str, Any]) -> str:

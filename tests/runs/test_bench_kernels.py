@@ -22,6 +22,7 @@ from apps.agents.policy import candidate_of_case
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
+from apps.runs.bench import consistency, consistency_line, disagreement
 from tests.devices.test_adversarial import store_every_builtin
 from tests.workbench.test_live_events import process_env
 
@@ -101,6 +102,10 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert (f"the same kernel (source, flags, threads) for {int(same)} of 1 operators"
             in Path(report["files"]["markdown"]).read_text())  # fmt: skip
     assert "As the sessions recorded them" in Path(report["files"]["markdown"]).read_text()
+    factor = row["side_by_side_disagreement"]
+    assert factor is None if same else factor >= 1.0
+    assert report["side_by_side_consistency"]["operators_checked"] == int(not same)
+    assert "side-by-side consistency: " in Path(report["files"]["markdown"]).read_text()
     assert "stopped after round k (k: effect): 1: " in Path(report["files"]["markdown"]).read_text()
     # the host was probed before, between and after the sessions
     host = report["host_parallel_speedup"]
@@ -145,6 +150,26 @@ def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
                for a in proposed.payload["adopted"])  # fmt: skip
     off = JournalEvent.objects.get(session_id=second["sessions"]["off"], kind="context_assembled")
     assert off.payload["retrieved"] == [], "memory off reads nothing, whatever the team knows"
+
+
+def test_three_side_by_side_ratios_that_disagree_are_reported_with_the_worst() -> None:
+    gather_rows = {"on": 2.17, "off": 1.37, "memory": 1.0}  # as a suite run on a noisy host read
+    cumsum = {"on": 2.13, "off": 1.91, "memory": 1.112}
+    assert disagreement(gather_rows, same=False) == pytest.approx(2.17 / 1.37)
+    assert disagreement({"on": 1.0, "off": 2.0, "memory": 0.5}, same=False) == pytest.approx(1.0)
+    assert disagreement({"on": 1.0, "off": 2.0, "memory": 1.0}, same=False) == pytest.approx(2.0)
+    assert disagreement(gather_rows, same=True) is None, "one kernel: no pair was timed"
+    assert disagreement({**gather_rows, "memory": None}, same=False) is None
+
+    factors = [disagreement(gather_rows, False), None, disagreement(cumsum, False)]
+    summed = consistency(factors, ["gather_rows", "relu", "cumsum"])
+
+    assert summed["operators_checked"] == 2 and summed["worst_operator"] == "gather_rows"
+    assert summed["worst_disagreement"] == pytest.approx(2.17 / 1.37)
+    assert summed["median_disagreement"] == pytest.approx((2.17 / 1.37 + 2.13 / 1.91 / 1.112) / 2)
+    assert "on the 2 operators" in consistency_line(summed)
+    assert "(worst: gather_rows, 1.58)" in consistency_line(summed)
+    assert "not checked" in consistency_line(consistency([None], ["relu"]))
 
 
 def test_a_team_that_does_not_exist_is_named_in_the_error(db: None) -> None:
