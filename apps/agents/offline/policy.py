@@ -172,6 +172,7 @@ class OfflineSearchPolicy:
             (move_key(c.strategy) not in worn or c.strategy in ablations)
             and c.strategy not in situation.lost,
             makes_a_lowering_memory_does_not_fault(c, evidence) and c.strategy not in ablations,
+            takes_the_replay_apart(c.strategy, ablations),
             *score_key(c, evidence, situation.seed, order, replays, measured, ablations),
         ))  # fmt: skip
         chosen = scored[0]
@@ -199,6 +200,15 @@ def makes_a_lowering_memory_does_not_fault(candidate: Candidate,
     avg_pool2d's 1.7x interchange kept conv2d from its im2col_gemm for four rounds."""
     lowerings = {move_of(step) for step in steps_of(candidate.strategy)} & set(LOWERINGS)
     return bool(lowerings) and all(evidence_for(move, evidence) >= 0 for move in lowerings)
+
+
+def takes_the_replay_apart(label: str, ablations: dict[str, Ablation]) -> bool:
+    """Whether, on a replayed kernel that gained far less than its path did, `label` is the
+    first of its ablations or takes out a flag set the path brought: either comes before any
+    fresh move on that kernel (their scores decide between them)."""
+    if label in ablations:
+        return ablations[label].first
+    return bool(ablations) and strategy_name(label) == DROP_FLAGS
 
 
 def walks_memory_worse(label: str, source: str) -> bool:
@@ -457,14 +467,21 @@ class Ablation:
     candidate: Candidate
     preference: float  # among ablations, the one to try first is the highest
     why: str
+    # The strongest source step alone: it comes before any fresh move on the replayed kernel
+    # (see takes_the_replay_apart). Scored at its prior, a float accumulator ranked above it
+    # on avg_pool2d; taken on a kernel that -ffast-math made 2x slower it read 1.02x, replaced
+    # the replay, and the session never came back to the parallel loop alone (1.2x with
+    # memory, 1.9x without).
+    first: bool = False
 
 
 def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablation]:
     """The incumbent, when it is a replayed path that gained here far less than where it was
-    found, made again from the start: first with only the source step the prior expects most
-    of, without the path's flags (the kernel a session without memory makes first, so a path
-    that does not pay here costs one round, not one per step); then without each of its
-    source steps in turn (a flag set it brought has drop_flags), the step the prior expects
+    found, made again from the start: first, before any fresh move on the replayed kernel,
+    with only the source step the prior expects most of, without the path's flags (the
+    kernel a session without memory makes first, so a path that does not pay here costs one
+    round, not one per step); then without each of its source steps in turn (a flag set it
+    brought has drop_flags), the step the prior expects
     least of left out first; then each other source step alone. The steps were only timed
     together: replayed on avg_pool2d, row_sum's path (-ffast-math, the parallel loop, a float
     accumulator) made it 1.2x faster where the parallel loop alone made it 1.9x, and in a suite
@@ -494,7 +511,8 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
                 label = replay_label(followed, [c.strategy for c in made])
                 because = (f"{why}: it gained here well under half of what it gained where it "
                            "was found, and its steps were timed only together")  # fmt: skip
-                ablations.append(Ablation(replace(made[-1], strategy=label), preference, because))
+                ablations.append(Ablation(replace(made[-1], strategy=label), preference, because,
+                                          first=kept == {strongest}))  # fmt: skip
     return ablations
 
 
