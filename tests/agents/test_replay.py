@@ -445,6 +445,35 @@ def test_the_strongest_step_alone_comes_before_a_fresh_move_on_the_replayed_kern
     assert (candidate.source, candidate.flags) == (parallel, ())
 
 
+def test_a_replay_that_did_not_replace_the_start_is_taken_apart_like_one_that_did(
+    team: Team,
+) -> None:
+    """A suite run replayed cross_entropy's path on avg_pool2d for 0.98x, so the start stayed
+    the incumbent; next came -ffast-math alone (0.55x), and only then the parallel loop alone
+    (1.9x)."""
+    row_sum = Tree(team, "row_sum")
+    for step in ROW_SUM_PATH:
+        best = row_sum.grow(step, 2.0)
+    pool = Tree(team, "avg_pool2d")
+    label = replay_label(best, [ROW_SUM_PATH[0], *POOL_STEPS])
+    pool.grow(label, 0.98)
+    start = Attempt(pool.start, Candidate(naive("avg_pool2d"), "starting kernel", (), 1),
+                    "no_change", True, 100.0, "")  # fmt: skip
+    brief = OperatorBrief("avg_pool2d", "avg_pool2d", "convolution", "", pool.version.pk,
+                          1e-3, 1e-3)  # fmt: skip
+    situation = Situation(session_id=pool.session.pk, team_id=team.pk, target="cpu-c",
+                          operator=brief, stage="optimization", iteration=2, rounds_left=3,
+                          incumbent=start, latest=start, tried=frozenset({label}),
+                          context=None, retrieved=[])  # fmt: skip
+
+    candidate = propose(situation).candidate
+
+    assert candidate is not None
+    assert candidate.strategy == f"{label.partition(': ')[0]}: {POOL_STEPS[0]}"
+    parallel = apply(strategy_from_label(POOL_STEPS[0]), naive("avg_pool2d"))
+    assert (candidate.source, candidate.flags) == (parallel, ())
+
+
 def test_a_replayed_path_that_gained_here_about_what_it_did_there_is_kept_whole(
     team: Team,
 ) -> None:

@@ -29,8 +29,9 @@ only timed together with the path's other steps, so taking it out again (`drop_f
 move of its own: after the float accumulator in the prior (last of all on a kernel that calls
 the math library), higher the more memory says the flag set slowed similar kernels. A source
 step can cost here too: a replayed kernel that gained far less than its path did where it was
-found is made again with only its most promising source step, then without each of its source
-steps in turn, then with each other one alone (see ablation_moves).
+found (or, no faster, did not replace the start) is made again with only its most promising
+source step, then without each of its source steps in turn, then with each other one alone
+(see ablation_moves).
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -51,6 +52,7 @@ from dataclasses import dataclass, replace
 from apps.agents.offline.features import kernel_features, overlap, same_role_loop
 from apps.agents.offline.replay import (
     DROP_FLAGS,
+    REPLAY,
     Path,
     Step,
     case_of,
@@ -488,8 +490,12 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
     run the flags taken out, then each of the other two steps left out, took three rounds
     and found nothing."""
     incumbent = situation.incumbent
-    case = Case.objects.filter(pk=incumbent.case_id).first() if incumbent else None
-    if case is None or not is_replay(case.strategy):
+    incumbent_case = Case.objects.filter(pk=incumbent.case_id).first() if incumbent else None
+    if incumbent_case is None:
+        return []
+    case = (incumbent_case if is_replay(incumbent_case.strategy)
+            else replay_that_fell_short(incumbent_case))  # fmt: skip
+    if case is None:
         return []
     start = lineage_of(case, tree_of(case))[0]
     if not underdelivered(case, start):
@@ -514,6 +520,18 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
                 ablations.append(Ablation(replace(made[-1], strategy=label), preference, because,
                                           first=kept == {strongest}))  # fmt: skip
     return ablations
+
+
+def replay_that_fell_short(start: Case) -> Case | None:
+    """The latest replay this session made from `start`, a starting kernel that is still the
+    incumbent, that came out correct but no faster: its steps were timed only together too
+    (cross_entropy's path read 0.98x on avg_pool2d, whose parallel loop alone made it 1.9x;
+    -ffast-math, tried alone next, 0.55x)."""
+    if start.parent_id is not None:
+        return None
+    replays = Case.objects.filter(parent=start, session_id=start.session_id, correct=True,
+                                  strategy__startswith=f"{REPLAY}(")  # fmt: skip
+    return replays.exclude(latency_ms=None).order_by("-iteration").first()
 
 
 def underdelivered(case: Case, start: Case) -> bool:
