@@ -470,8 +470,8 @@ class Ablation:
     preference: float  # among ablations, the one to try first is the highest
     why: str
     # The strongest source step alone: it comes before any fresh move on the replayed kernel
-    # (see takes_the_replay_apart). Scored at its prior, a float accumulator ranked above it
-    # on avg_pool2d; taken on a kernel that -ffast-math made 2x slower it read 1.02x, replaced
+    # (see takes_the_replay_apart). At the rank of drop_flags, a float accumulator came first
+    # on avg_pool2d; on a kernel that -ffast-math made 2x slower it read 1.02x, replaced
     # the replay, and the session never came back to the parallel loop alone (1.2x with
     # memory, 1.9x without).
     first: bool = False
@@ -483,8 +483,8 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
     with only the source step the prior expects most of, without the path's flags (the
     kernel a session without memory makes first, so a path that does not pay here costs one
     round, not one per step); then without each of its source steps in turn (a flag set it
-    brought has drop_flags), the step the prior expects
-    least of left out first; then each other source step alone. The steps were only timed
+    brought has drop_flags), the step the prior expects least of left out first; then each
+    other source step alone. The steps were only timed
     together: replayed on avg_pool2d, row_sum's path (-ffast-math, the parallel loop, a float
     accumulator) made it 1.2x faster where the parallel loop alone made it 1.9x, and in a suite
     run the flags taken out, then each of the other two steps left out, took three rounds
@@ -523,15 +523,17 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
 
 
 def replay_that_fell_short(start: Case) -> Case | None:
-    """The latest replay this session made from `start`, a starting kernel that is still the
-    incumbent, that came out correct but no faster: its steps were timed only together too
-    (cross_entropy's path read 0.98x on avg_pool2d, whose parallel loop alone made it 1.9x;
-    -ffast-math, tried alone next, 0.55x)."""
+    """The first replay this session made from `start`, a starting kernel that is still the
+    incumbent, so one that came out correct but no faster: its steps were timed only together
+    too (cross_entropy's path read 0.98x on avg_pool2d, whose parallel loop alone made it
+    1.9x; -ffast-math, tried alone next, 0.55x). The first, because the ablations made from the
+    start are replays too, and one that fell short in turn would leave no ablations of its
+    own."""
     if start.parent_id is not None:
         return None
     replays = Case.objects.filter(parent=start, session_id=start.session_id, correct=True,
                                   strategy__startswith=f"{REPLAY}(")  # fmt: skip
-    return replays.exclude(latency_ms=None).order_by("-iteration").first()
+    return replays.exclude(latency_ms=None).order_by("iteration").first()
 
 
 def underdelivered(case: Case, start: Case) -> bool:
