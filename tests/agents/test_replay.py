@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import OfflineSearchPolicy, moves
+from apps.agents.offline.policy import FLAG_SETS, OfflineSearchPolicy, label_params, moves
 from apps.agents.offline.replay import paths, replay_label, steps_of
 from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
@@ -267,24 +267,35 @@ def pool_after_a_replay(team: Team, retrieved: list[Hit], gained: float = 1.25,
     """avg_pool2d after row_sum's path (8x there) was replayed on it, -ffast-math and all (in
     a suite run the path made it 1.25x faster; the parallel loop alone made it 1.9x,
     -ffast-math alone 1.5x slower)."""
-    row_sum = Tree(team, "row_sum")
-    for step in ROW_SUM_PATH:
-        best = row_sum.grow(step, 2.0)
+    best = row_sum_best(team)
     pool = Tree(team, "avg_pool2d")
     replayed = pool.grow(replay_label(best, list(steps)), gained)
     source, flags = naive("avg_pool2d"), set[str]()
     for step in steps:
         if step.startswith("flags("):
-            flags |= {"-ffast-math"} if "fast_math" in step else {"-funroll-loops"}
+            flags |= set(FLAG_SETS[label_params(step)["set"]])
         else:
             source = apply(strategy_from_label(step), source)
     incumbent = Attempt(replayed, Candidate(source, "replayed", tuple(sorted(flags)), 2),
                         "improved", True, 80.0, "")  # fmt: skip
+    return pool_situation(team, pool, incumbent, frozenset(), retrieved)
+
+
+def row_sum_best(team: Team) -> int:
+    """row_sum's path to its best kernel, 8x over its start; the best case."""
+    row_sum = Tree(team, "row_sum")
+    for step in ROW_SUM_PATH:
+        best = row_sum.grow(step, 2.0)
+    return best
+
+
+def pool_situation(team: Team, pool: Tree, incumbent: Attempt, tried: frozenset[str],
+                   retrieved: list[Hit]) -> Situation:  # fmt: skip
     brief = OperatorBrief("avg_pool2d", "avg_pool2d", "convolution", "", pool.version.pk,
                           1e-3, 1e-3)  # fmt: skip
     return Situation(session_id=pool.session.pk, team_id=team.pk, target="cpu-c",
                      operator=brief, stage="optimization", iteration=2, rounds_left=3,
-                     incumbent=incumbent, latest=incumbent, tried=frozenset(), context=None,
+                     incumbent=incumbent, latest=incumbent, tried=tried, context=None,
                      retrieved=retrieved)  # fmt: skip
 
 
@@ -451,20 +462,12 @@ def test_a_replay_that_did_not_replace_the_start_is_taken_apart_like_one_that_di
     """A suite run replayed cross_entropy's path on avg_pool2d for 0.98x, so the start stayed
     the incumbent; next came -ffast-math alone (0.55x), and only then the parallel loop alone
     (1.9x)."""
-    row_sum = Tree(team, "row_sum")
-    for step in ROW_SUM_PATH:
-        best = row_sum.grow(step, 2.0)
     pool = Tree(team, "avg_pool2d")
-    label = replay_label(best, [ROW_SUM_PATH[0], *POOL_STEPS])
+    label = replay_label(row_sum_best(team), list(REPLAYED_ON_POOL))
     pool.grow(label, 0.98)
     start = Attempt(pool.start, Candidate(naive("avg_pool2d"), "starting kernel", (), 1),
                     "no_change", True, 100.0, "")  # fmt: skip
-    brief = OperatorBrief("avg_pool2d", "avg_pool2d", "convolution", "", pool.version.pk,
-                          1e-3, 1e-3)  # fmt: skip
-    situation = Situation(session_id=pool.session.pk, team_id=team.pk, target="cpu-c",
-                          operator=brief, stage="optimization", iteration=2, rounds_left=3,
-                          incumbent=start, latest=start, tried=frozenset({label}),
-                          context=None, retrieved=[])  # fmt: skip
+    situation = pool_situation(team, pool, start, frozenset({label}), retrieved=[])
 
     candidate = propose(situation).candidate
 

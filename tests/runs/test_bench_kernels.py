@@ -12,17 +12,15 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
-from psycopg import sql
 
 from apps.agents.policy import candidate_of_case
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
 from apps.runs.bench import consistency, consistency_line, disagreement
+from apps.workbench.bench import drop_database
 from tests.devices.test_adversarial import store_every_builtin
 from tests.workbench.test_live_events import process_env
 
@@ -191,12 +189,6 @@ def test_a_database_migrate_never_ran_on_is_named_with_what_to_do(db: None) -> N
     assert f"the database {empty} lacks" in run.stderr
     assert "run manage.py migrate first" in run.stderr
     assert "Traceback" not in run.stderr
-
-
-def drop_database(name: str) -> None:
-    host = connection.settings_dict["HOST"]
-    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def bench_json(*args: str) -> dict[str, Any]:
