@@ -67,6 +67,7 @@ from apps.agents.offline.replay import (
     tree_of,
 )
 from apps.agents.offline.transforms import (
+    DECLARE_SIMD,
     Strategy,
     TransformError,
     applicable,
@@ -98,14 +99,15 @@ from apps.memory.values import Distiller, summarizer
 # not stand in for it.
 LOWERINGS = ("packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gemm")
 # What tends to pay first on a CPU, best first: the lowerings, loop order and accumulation
-# (they unlock vectorization), flags that let gcc vectorize math, then threads (a loop that
+# (they unlock vectorization), flags that let gcc vectorize math (or, where -ffast-math broke
+# the kernel, the vector math library alone: vector_math), then threads (a loop that
 # uses scratch buffers gets a copy per thread: made parallel as it is, it races on them), then
 # the finer tools: a float accumulator (one per loop, each a round; attention has three, and
 # spent its rounds on them before its threads), taking out a flag set a replayed path brought
 # in, restrict, simd, hoisting, unrolling. Only a tie-breaker once memory speaks.
 PRIOR_ORDER = (
     *LOWERINGS, "accumulate_in_output", "interchange", "tile",
-    "flags(set=fast_math)", "flags(set=fp_contract)", "omp_parallel_private",
+    "flags(set=fast_math)", "vector_math", "flags(set=fp_contract)", "omp_parallel_private",
     "omp_parallel_for", "float_accumulator", DROP_FLAGS, "restrict_pointers", "omp_simd",
     "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
@@ -122,7 +124,8 @@ OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
 
 # -ffast-math includes -ffp-contract=fast: after it, that set compiles to the same binary.
-IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast",)}
+IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast", "-fno-math-errno")}
+NO_MATH_ERRNO = "-fno-math-errno"
 FLAG_SETS: dict[str, tuple[str, ...]] = {
     "unroll_loops": ("-funroll-loops",),
     "fast_math": ("-ffast-math",),
@@ -280,12 +283,18 @@ def source_moves(base: Candidate) -> list[Candidate]:
         return []  # a kernel the parser cannot read: only threads and flags are left
     moves = []
     for strategy in strategies:
+        if strategy.name == "vector_math" and "-ffast-math" in base.flags:
+            continue  # math.h declares the vector versions under -ffast-math: the same binary
         try:
             source = apply(strategy, base.source)
         except TransformError:
             continue
-        moves.append(Candidate(source, strategy.label(), base.flags, threads_for(source, base)))
+        moves.append(source_move(source, strategy.label(), base))
     return moves
+
+
+def source_move(source: str, label: str, base: Candidate) -> Candidate:
+    return Candidate(source, label, flags_for(source, base), threads_for(source, base))
 
 
 def threads_for(source: str, base: Candidate) -> int:
@@ -294,6 +303,16 @@ def threads_for(source: str, base: Candidate) -> int:
     if base.threads == 1 and "omp parallel" in source and "omp parallel" not in base.source:
         return os.cpu_count() or 1
     return base.threads
+
+
+def flags_for(source: str, base: Candidate) -> tuple[str, ...]:
+    """gcc only calls a function declared `omp declare simd` on vectors when it need not set
+    errno, so the move that declares the first brings -fno-math-errno (as a parallel region
+    brings threads). It changes no result: kernels never read errno."""
+    has_it = {NO_MATH_ERRNO, "-ffast-math"} & set(base.flags)
+    if DECLARE_SIMD not in source or DECLARE_SIMD in base.source or has_it:
+        return base.flags
+    return tuple(sorted({*base.flags, NO_MATH_ERRNO}))
 
 
 def thread_moves(base: Candidate) -> list[Candidate]:
@@ -630,7 +649,7 @@ def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate 
         return None
     if source == base.source:
         return None
-    return Candidate(source, strategy.label(), base.flags, threads_for(source, base))
+    return source_move(source, strategy.label(), base)
 
 
 def parallel_as_needed(strategy: Strategy, source: str) -> Strategy:

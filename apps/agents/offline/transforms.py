@@ -30,6 +30,7 @@ Approach:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -126,6 +127,12 @@ SOURCE_STRATEGIES: dict[str, str] = {
         "loop-invariant value with multiplication by its reciprocal (this changes rounding)."
     ),
     "restrict_pointers": "Declare the input and output data pointers `restrict` (no aliasing).",
+    "vector_math": (
+        "Let gcc call glibc's vector math library (libmvec) in loops: the math functions the "
+        "loops call (expf, logf, erff, tanhf, powf, sinf, cosf and their double versions) "
+        "declared `#pragma omp declare simd notinbranch`, built with -fno-math-errno. Unlike "
+        "-ffast-math it keeps infinities and NaN, and the sums' order."
+    ),
     "float_accumulator": (
         "Make a loop's double accumulators float (faster, vectorises better, less precise)."
     ),
@@ -173,6 +180,7 @@ _PARAMETERS: dict[str, tuple[str, ...]] = {
     "tile": ("loop", "size"),
     "hoist_invariant": ("loop",),
     "restrict_pointers": (),
+    "vector_math": (),
     "float_accumulator": ("loop",),
     "packed_gemm": ("kc", "loop"),
     "im2col_gemm": ("kc", "loop"),
@@ -1526,6 +1534,50 @@ def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     return edits
 
 
+# The functions glibc's libmvec has vector versions of on x86_64 (exp, log, sin, cos and pow
+# since glibc 2.22, erf and tanh since 2.35), as math.h declares them.
+VECTOR_MATH_PROTOTYPES = {
+    **{name: f"float {name}(float);" for name in ("expf", "logf", "erff", "tanhf", "sinf", "cosf")},
+    **{name: f"double {name}(double);" for name in ("exp", "log", "erf", "tanh", "sin", "cos")},
+    "powf": "float powf(float, float);",
+    "pow": "double pow(double, double);",
+}
+DECLARE_SIMD = "#pragma omp declare simd notinbranch"
+
+
+def _vector_math(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    """Each math function the loops call, that libmvec has and the kernel does not declare simd
+    yet, declared simd after the includes: gcc then calls its vector version on whole
+    vectors, given -fno-math-errno (math.h declares them only under -ffast-math, which also
+    assumes no infinities: sigmoid's 1 / (1 + expf(-x)) came out NaN for x below -88)."""
+    in_loops = {name for loop in kernel.loops for name in called_functions(loop.node)}
+    wanted = sorted(in_loops & VECTOR_MATH_PROTOTYPES.keys() - _declared_simd(kernel))
+    if not wanted:
+        _fail(strategy, None, "no loop calls a math function libmvec has (or all are declared)")
+    lines = [f"{DECLARE_SIMD}\n{VECTOR_MATH_PROTOTYPES[name]}\n" for name in wanted]
+    return [insertion(_after_includes(kernel), "".join(lines))]
+
+
+def _declared_simd(kernel: _Kernel) -> set[str]:
+    """The functions declared at file scope right after an `omp declare simd` pragma."""
+    top = kernel.tree.root_node.children
+    names = (declarator_name(declarator)
+             for pragma, declaration in itertools.pairwise(top)
+             if is_pragma(pragma) and "declare simd" in pragma_text(pragma)
+             for declarator in declarators(declaration))  # fmt: skip
+    return {name for name in names if name is not None}
+
+
+def _after_includes(kernel: _Kernel) -> int:
+    """Where file-scope declarations may go: after the last `#include` before the kernel."""
+    includes = [
+        node
+        for node in kernel.tree.root_node.children
+        if node.type == "preproc_include" and node.end_byte <= kernel.function.start_byte
+    ]
+    return includes[-1].end_byte if includes else 0
+
+
 def _is_tensor_data(value: Node, tensors: set[str]) -> bool:
     """`(T *)inputs[i].data`, `outputs->data` and the like."""
     value = strip_parens_and_casts(value)
@@ -2620,6 +2672,7 @@ _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "tile": _tile,
     "hoist_invariant": _hoist_invariant,
     "restrict_pointers": _restrict_pointers,
+    "vector_math": _vector_math,
     "float_accumulator": _float_accumulator,
     "packed_gemm": _packed_gemm,
     "im2col_gemm": _im2col_gemm,
