@@ -124,8 +124,8 @@ OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
 
 # -ffast-math includes -ffp-contract=fast: after it, that set compiles to the same binary.
-IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast", "-fno-math-errno")}
-NO_MATH_ERRNO = "-fno-math-errno"
+IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast",)}
+NO_MATH_ERRNO = "-fno-math-errno"  # which -ffast-math includes
 FLAG_SETS: dict[str, tuple[str, ...]] = {
     "unroll_loops": ("-funroll-loops",),
     "fast_math": ("-ffast-math",),
@@ -309,8 +309,8 @@ def flags_for(source: str, base: Candidate) -> tuple[str, ...]:
     """gcc only calls a function declared `omp declare simd` on vectors when it need not set
     errno, so the move that declares the first brings -fno-math-errno (as a parallel region
     brings threads). It changes no result: kernels never read errno."""
-    has_it = {NO_MATH_ERRNO, "-ffast-math"} & set(base.flags)
-    if DECLARE_SIMD not in source or DECLARE_SIMD in base.source or has_it:
+    has_it = bool({NO_MATH_ERRNO, "-ffast-math"} & set(base.flags))
+    if has_it or DECLARE_SIMD not in source or DECLARE_SIMD in base.source:
         return base.flags
     return tuple(sorted({*base.flags, NO_MATH_ERRNO}))
 
