@@ -263,8 +263,11 @@ def loops(source: str) -> list[LoopInfo]:
 
 def loop_calls(source: str) -> dict[str, frozenset[str]]:
     """The functions each `for` loop of `kope_kernel` calls, in its nested loops too, by id."""
-    return {loop.info.id: frozenset(called_functions(loop.node))
-            for loop in _analyse(source).loops}  # fmt: skip
+    return _loop_calls(_analyse(source))
+
+
+def _loop_calls(kernel: _Kernel) -> dict[str, frozenset[str]]:
+    return {loop.info.id: frozenset(called_functions(loop.node)) for loop in kernel.loops}
 
 
 def applicable(source: str) -> list[Strategy]:
@@ -1550,7 +1553,7 @@ def _vector_math(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     yet, declared simd after the includes: gcc then calls its vector version on whole
     vectors, given -fno-math-errno (math.h declares them only under -ffast-math, which also
     assumes no infinities: sigmoid's 1 / (1 + expf(-x)) came out NaN for x below -88)."""
-    in_loops = {name for loop in kernel.loops for name in called_functions(loop.node)}
+    in_loops = frozenset().union(*_loop_calls(kernel).values())
     wanted = sorted(in_loops & VECTOR_MATH_PROTOTYPES.keys() - _declared_simd(kernel))
     if not wanted:
         _fail(strategy, None, "no loop calls a math function libmvec has (or all are declared)")
