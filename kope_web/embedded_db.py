@@ -9,14 +9,17 @@ holding it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import logging
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 # pgserver keeps its lock under the runtime dir; falling back to /tmp is fine for us.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+UNCLAIMED_STOP_WAIT_S = 10
 
 
 class EmbeddedDatabaseError(RuntimeError):
@@ -212,7 +216,8 @@ def _start_server(pgdata: Path) -> PostgresServer:
     from pgserver.postgres_server import get_server
 
     try:
-        return get_server(pgdata, cleanup_mode="stop")
+        with _stopped_if_left_unclaimed(pgdata):
+            return get_server(pgdata, cleanup_mode="stop")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
         log_tail = _tail(pgdata / "log")
         raise EmbeddedDatabaseError(
@@ -221,6 +226,48 @@ def _start_server(pgdata: Path) -> PostgresServer:
             "Hint: another server may hold this data dir; stop it, or remove the data dir "
             "to start empty."
         ) from None
+
+
+@contextlib.contextmanager
+def _stopped_if_left_unclaimed(pgdata: Path) -> Iterator[None]:
+    """pg_ctl starts the postmaster in a session of its own, and pgserver lists this process
+    as a user only once the server is ready. An interrupt in between (just after pg_ctl
+    returned, or one pg_ctl never saw: Python kills it) or pg_ctl's timeout left a running
+    server that no process listed, so none would ever stop it."""
+    try:
+        yield
+    except BaseException:
+        stop_unclaimed_server(pgdata)
+        raise
+
+
+def stop_unclaimed_server(pgdata: Path) -> None:
+    """Stop the server in `pgdata` unless a live process is listed as its user."""
+    from pgserver.postgres_server import PostgresServer
+
+    with PostgresServer._lock:
+        if any(_is_running(pid) for pid in _listed_users(_handles_file(pgdata))):
+            return
+        postmasters = postmasters_of(pgdata)
+        for process in postmasters:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+        _, left = psutil.wait_procs(postmasters, timeout=UNCLAIMED_STOP_WAIT_S)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=UNCLAIMED_STOP_WAIT_S)
+        remove_stale_lock(pgdata)
+
+
+def postmasters_of(pgdata: Path) -> list[psutil.Process]:
+    """The postmaster is the one postgres process with the data dir on its command line."""
+    wanted = {str(pgdata), str(pgdata.resolve())}
+    found = []
+    for process in psutil.process_iter(attrs=["name", "cmdline"]):
+        if process.info["name"] == "postgres" and wanted & set(process.info["cmdline"] or ()):
+            found.append(process)
+    return found
 
 
 def _tail(path: Path, lines: int = 15) -> str:

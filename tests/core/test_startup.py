@@ -194,3 +194,57 @@ def test_a_data_dir_holding_only_bookkeeping_is_initialized(tmp_path: Path) -> N
     embedded_db.initialize_cluster(pgdata)
     assert (pgdata / "PG_VERSION").exists() and (pgdata / "global" / "pg_control").exists()
     assert not (pgdata / ".handle_pids.json").exists()
+
+
+START_AND_HOLD_THE_EMBEDDED_SERVER = (
+    "import sys, time; from kope_web import embedded_db; "
+    "print(embedded_db.socket_dir(sys.argv[1], 'kope_startup_check'), flush=True); time.sleep(60)"
+)
+
+
+def wait_for_postmaster(pgdata: Path, starting: subprocess.Popen[str]) -> None:
+    """Until the postmaster writes its lock file, early in its start; pg_ctl polls it ten
+    times a second for the server being ready, so that wait is still on when this returns."""
+    deadline = time.monotonic() + 60
+    while not (pgdata / "postmaster.pid").exists():
+        assert starting.poll() is None, starting.communicate()
+        assert time.monotonic() < deadline, "the postmaster never started"
+        time.sleep(0.001)
+
+
+def assert_no_server_left(pgdata: Path) -> None:
+    assert not embedded_db.postmasters_of(pgdata), "a postmaster is still running"
+    assert not (pgdata / "postmaster.pid").exists()
+
+
+def test_a_start_interrupted_while_the_server_comes_up_leaves_none_running(
+    tmp_path: Path,
+) -> None:
+    """The postmaster runs in a session of its own, and this process is listed as its user
+    only once it is ready: an interrupt before that (here one only Python gets, as
+    `make run` turns a SIGTERM into, so pg_ctl is killed, not interrupted) left a server
+    that no process had listed, so none would ever stop it."""
+    pgdata = tmp_path / "pgdata"
+    assert start_embedded(tmp_path).wait(timeout=120) == 0  # the cluster exists: no initdb
+    starting = start_embedded(tmp_path)
+    wait_for_postmaster(pgdata, starting)
+    starting.send_signal(signal.SIGINT)
+    _, err = starting.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err, err
+    assert_no_server_left(pgdata)
+
+
+def test_a_server_with_a_live_user_is_not_stopped_as_unclaimed(tmp_path: Path) -> None:
+    pgdata = tmp_path / "pgdata"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", START_AND_HOLD_THE_EMBEDDED_SERVER, str(tmp_path)],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline(), holder.communicate()
+        embedded_db.stop_unclaimed_server(pgdata)
+        assert embedded_db.postmasters_of(pgdata), "the server of a live user was stopped"
+    finally:
+        holder.send_signal(signal.SIGINT)  # its exit handler stops the server
+        holder.communicate(timeout=60)
+    assert_no_server_left(pgdata)
