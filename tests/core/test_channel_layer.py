@@ -1,0 +1,49 @@
+"""The single-machine channel layer delivers each message once, also one sent while its
+listener starts, and also when it is used from one event loop after another."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from kope_web.channel_layers import DatabaseChannelLayer
+
+PROBE = {"type": "probe"}
+
+
+async def receive_or_none(layer: DatabaseChannelLayer, channel: str, timeout: float) -> Any:
+    try:
+        return await asyncio.wait_for(layer.receive(channel), timeout)
+    except TimeoutError:
+        return None
+
+
+async def send_as_the_receiver_starts(layer: DatabaseChannelLayer) -> list[Any]:
+    channel = await layer.new_channel()
+    receiving = asyncio.ensure_future(layer.receive(channel))
+    await asyncio.sleep(0)  # the receiver is on its way to start the listener
+    await layer.send(channel, PROBE)
+    first = await asyncio.wait_for(receiving, 10)
+    return [first, await receive_or_none(layer, channel, timeout=0.3)]
+
+
+def test_a_message_sent_while_the_listener_starts_arrives_once_in_every_event_loop(
+    transactional_db: None,
+) -> None:
+    layer = DatabaseChannelLayer(prefix="kope-layer-test")
+    for _ in range(6):  # each async_to_sync call runs an event loop of its own
+        assert async_to_sync(send_as_the_receiver_starts)(layer) == [PROBE, None]
+
+
+def test_a_message_stored_before_anyone_listens_is_delivered(transactional_db: None) -> None:
+    sender, receiver = (DatabaseChannelLayer(prefix="kope-layer-test") for _ in range(2))
+
+    async def send_then_receive() -> list[Any]:
+        channel = await receiver.new_channel()
+        await sender.send(channel, PROBE)
+        return [await receive_or_none(receiver, channel, timeout=10),
+                await receive_or_none(receiver, channel, timeout=0.3)]  # fmt: skip
+
+    assert async_to_sync(send_then_receive)() == [PROBE, None]
