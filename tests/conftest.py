@@ -9,7 +9,14 @@ from django.test import Client
 
 from apps.accounts.models import Membership, Team
 from apps.accounts.roles import Role
+from kope_web.channel_layers import close_pool
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    yield
+    close_pool()  # or its connections keep the test database from being dropped
 
 
 @pytest.fixture

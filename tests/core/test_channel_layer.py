@@ -1,5 +1,6 @@
 """The single-machine channel layer delivers each message once, also one sent while its
-listener starts, and also when it is used from one event loop after another."""
+listener starts, when it is used from one event loop after another, and after the database
+dropped its connections."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.db import connection
 
 from kope_web.channel_layers import DatabaseChannelLayer
 
@@ -47,3 +49,30 @@ def test_a_message_stored_before_anyone_listens_is_delivered(transactional_db: N
                 await receive_or_none(receiver, channel, timeout=0.3)]  # fmt: skip
 
     assert async_to_sync(send_then_receive)() == [PROBE, None]
+
+
+def drop_every_other_connection() -> None:
+    """What a database restart does to the connections the pool holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+            "pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'"
+        )
+
+
+def test_messages_flow_on_after_the_database_dropped_the_pools_connections(
+    transactional_db: None,
+) -> None:
+    """As a Celery worker publishes: each async_to_sync call runs an event loop of its own."""
+    layer = DatabaseChannelLayer(prefix="kope-layer-test")
+
+    async def group_round_trip() -> Any:
+        channel = await layer.new_channel()
+        await layer.group_add("restart-check", channel)
+        await layer.group_send("restart-check", PROBE)
+        return await receive_or_none(layer, channel, timeout=5)
+
+    assert async_to_sync(group_round_trip)() == PROBE
+    drop_every_other_connection()
+    for _ in range(3):
+        assert async_to_sync(asyncio.wait_for)(group_round_trip(), 10) == PROBE
