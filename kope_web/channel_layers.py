@@ -54,9 +54,9 @@ class PoolHome:
         thread.start()
 
     async def run(self, operation: Callable[[], Coroutine[Any, Any, Result]]) -> Result:
-        if asyncio.get_running_loop() is self.loop:
-            return await self.retried_once_on_a_dropped_connection(operation)
         retried = self.retried_once_on_a_dropped_connection(operation)
+        if asyncio.get_running_loop() is self.loop:  # an operation another one calls
+            return await retried
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(retried, self.loop))
 
     async def retried_once_on_a_dropped_connection(
