@@ -163,19 +163,17 @@ class DatabaseChannelLayer(PostgresChannelLayer):  # type: ignore[misc]
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config, **database_params())
-        self.django_db = PooledOnItsOwnLoop(config.get("PSYCOPG_OPTIONS", {}), self.db_params)
         # Leaving a group goes through Django's ORM under the alias "channels_postgres", which
         # this project does not define: its tables live in the default database.
-        self.django_db.using = "default"
+        options = config.get("PSYCOPG_OPTIONS", {})
+        self.django_db = PooledOnItsOwnLoop(options, self.db_params, using="default")
         self.listener: asyncio.Task[None] | None = None
-        self.listener_loop: asyncio.AbstractEventLoop | None = None
 
     def _get_or_create_listener_task(self) -> tuple[asyncio.Event, bool]:
         """One listener per event loop, started here; False tells receive() not to start
         another."""
         running = asyncio.get_running_loop()
-        if self.listener is None or self.listener.done() or self.listener_loop is not running:
-            self.listener_loop = running
+        if self.listener is None or self.listener.done() or self.listener.get_loop() is not running:
             self.listener_task_is_running = asyncio.Event()
             self.listener = running.create_task(self.listen_to_all_channels())
         assert self.listener_task_is_running is not None
