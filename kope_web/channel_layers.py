@@ -182,8 +182,7 @@ class DatabaseChannelLayer(PostgresChannelLayer):  # type: ignore[misc]
     async def listen_to_all_channels(self) -> None:
         """Listen first, then read what the table holds: a message sent in between is both
         read and notified, and is delivered once."""
-        conninfo = psycopg.conninfo.make_conninfo(conninfo="", **self.db_params)
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as connection:
+        async with await listener_connection(self.db_params) as connection:
             await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
             already_queued = await self.queue_stored_messages()
             assert self.listener_task_is_running is not None
@@ -205,3 +204,14 @@ class DatabaseChannelLayer(PostgresChannelLayer):  # type: ignore[misc]
             payload = f"{message_id}:{channel}:{encoded}:{expires_at}"
             self._get_or_create_queue(channel).put_nowait(payload)
         return {row[0] for row in stored}
+
+
+async def listener_connection(db_params: dict[str, Any]) -> psycopg.AsyncConnection[Any]:
+    """A connection for the listener. Cancelled mid-connect (its event loop closed), it raises
+    without psycopg's frames: the layer keeps its listener task and the task its exception, and
+    those frames hold the half-open connection, which would stay open as long as the layer."""
+    conninfo = psycopg.conninfo.make_conninfo(conninfo="", **db_params)
+    try:
+        return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+    except BaseException as error:
+        raise error.with_traceback(None) from None

@@ -1,10 +1,12 @@
 """The single-machine channel layer delivers each message once, also one sent while its
 listener starts, when it is used from one event loop after another, and after the database
-dropped its connections."""
+dropped its connections; a listener stopped while it connects leaves no connection open."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import socket
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -76,3 +78,29 @@ def test_messages_flow_on_after_the_database_dropped_the_pools_connections(
     drop_every_other_connection()
     for _ in range(3):
         assert async_to_sync(asyncio.wait_for)(group_round_trip(), 10) == PROBE
+
+
+def test_a_listener_stopped_while_it_connects_leaves_no_connection_open(
+    transactional_db: None,
+) -> None:
+    """A test's event loop that closes, or a browser that leaves at once, cancels the listener
+    mid-connect. The layer keeps its listener task, and the task its exception: a traceback
+    through psycopg's connect kept the half-open connection, for the life of the process."""
+    with socket.create_server(("127.0.0.1", 0)) as silent_server:  # accepts, never answers
+        layer = DatabaseChannelLayer(prefix="kope-layer-test")
+        port = silent_server.getsockname()[1]
+        layer.db_params = {**layer.db_params, "host": "127.0.0.1", "port": port,
+                           "connect_timeout": 60}  # fmt: skip
+
+        async def receive_briefly() -> None:
+            await receive_or_none(layer, await layer.new_channel(), timeout=0.5)
+
+        asyncio.run(receive_briefly())  # closing its loop cancels the connecting listener
+        assert layer.listener is not None and layer.listener.cancelled()
+        gc.collect()
+        silent_server.settimeout(5)
+        client, _ = silent_server.accept()
+        with client:
+            client.settimeout(10)
+            while client.recv(4096):  # what libpq sent before it waited for an answer
+                pass  # an empty read: the listener's side closed the connection
