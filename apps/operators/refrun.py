@@ -4,6 +4,11 @@ Reference code is code from outside (imported benchmarks), so it runs only here,
 web or worker process: `python -m apps.operators.refrun` reads one JSON request on stdin and
 writes one JSON answer on stdout. It imports nothing of Django.
 
+`python -m apps.operators.refrun --warm` is the same runner kept warm (apps/operators/
+warmrunner.py): PyTorch is imported once, and each order on stdin (a request, its limits and
+its files) is served by a child forked for it, in a session of its own, under the limits; the
+runner answers each order with one line, how the child ended.
+
 Request: {"kind": "kope"|"kernelbench"|"npukernelbench", "source": {...}, "cases": [...],
           "seed": int, "kernel_so": path|null, "attributes": [[float]], "max_abs", "max_rel"}
 Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...}}]}
@@ -17,16 +22,19 @@ import ctypes
 import hashlib
 import json
 import os
+import select
+import signal
 import sys
 import traceback
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy
 import torch
 
+from apps.operators.childlimits import apply_limits
 from apps.operators.scaling import scaled_size
 
 KOPE_DTYPES = {torch.float32: 0, torch.float64: 1, torch.int32: 2, torch.int64: 3,
@@ -409,19 +417,100 @@ def serve_safely(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": _error_text(error)}
 
 
+def answer_to(request: dict[str, Any]) -> dict[str, Any]:
+    if "batch" in request:  # several operators in one process: torch is imported once
+        return {"batch": [serve_safely(r) for r in request["batch"]]}
+    return serve_safely(request)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--warm"]:
+        serve_orders()
+        return
     request = json.load(sys.stdin)
     # Whatever the reference or a kernel prints (Python or C) goes to stderr: stdout carries
     # only the answer.
     answer_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    if "batch" in request:  # several operators in one process: torch is imported once
-        answer: dict[str, Any] = {"batch": [serve_safely(r) for r in request["batch"]]}
-    else:
-        answer = serve_safely(request)
+    answer = answer_to(request)
     with os.fdopen(answer_fd, "w") as out:
         json.dump(answer, out)
+
+
+# --- kept warm: a forked child per order ---------------------------------------------------
+
+
+def serve_orders() -> None:
+    """Until stdin closes: one order per line, one line back per order."""
+    # Ctrl-C is meant for the process that started this one; it ends when that one closes
+    # stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for line in sys.stdin:
+        sys.stdout.write(json.dumps(serve_forked(json.loads(line))) + "\n")
+        sys.stdout.flush()
+
+
+def serve_forked(order: dict[str, Any]) -> dict[str, Any]:
+    """The order's request served in a child; its exit code (negative: the signal that ended
+    it), and whether it ran past the order's time and was killed."""
+    pid = os.fork()
+    if pid == 0:
+        serve_in_child(order)
+    timed_out = not exited_within(pid, float(order["timeout_s"]))
+    if timed_out:
+        kill_group(pid)
+    _, status = os.waitpid(pid, 0)
+    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out}
+
+
+def exited_within(pid: int, timeout_s: float) -> bool:
+    pidfd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # killed before it made its own group
+        os.kill(pid, signal.SIGKILL)
+
+
+def serve_in_child(order: dict[str, Any]) -> NoReturn:
+    """As a fresh runner would: its own session, the limits, the work folder as its current
+    one, its output in the order's stderr file, the answer in the order's answer file."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        apply_limits(int(order["memory_mb"]), int(order["cpu_s"]))
+        os.chdir(order["workdir"])
+        os.environ["OMP_NUM_THREADS"] = str(int(order["request"].get("threads", 1)))
+        output_to(order["stderr_file"])
+        answer = answer_to(order["request"])
+        Path(order["answer_file"]).write_text(json.dumps(answer))
+        code = 0
+    except BaseException:  # whatever ended it, the parent reads why from the stderr file
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def output_to(path: str) -> None:
+    """Standard output and error into `path` (what a reference prints is no answer), standard
+    input from nothing: the runner's own pipes stay out of the child's reach."""
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.dup2(nothing, 0)
+    os.close(log)
+    os.close(nothing)
+    sys.stdout = sys.stderr
 
 
 if __name__ == "__main__":

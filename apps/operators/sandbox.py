@@ -1,10 +1,11 @@
-"""Run the reference runner (apps/operators/refrun.py) in a limited child process."""
+"""Run the reference runner (apps/operators/refrun.py) in a limited child process: forked from
+a runner kept warm (apps/operators/warmrunner.py), or with KOPE_REFERENCE_WARM=false a fresh
+process per request."""
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -14,21 +15,14 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.operators.childlimits import apply_limits
+from apps.operators.warmrunner import SUPPORTED, RunnerGone, pool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class ReferenceRunError(RuntimeError):
     """The child failed as a whole: timed out, ran out of memory, or crashed."""
-
-
-def _limits(memory_mb: int, cpu_s: int) -> None:
-    memory = memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-    resource.setrlimit(
-        resource.RLIMIT_FSIZE, (memory, memory)
-    )  # no file beyond what fits in memory
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _clean_env(threads: int) -> dict[str, str]:
@@ -62,23 +56,51 @@ def _answer_of(answer: dict[str, Any]) -> dict[str, Any]:
 def _run_child(request: dict[str, Any], timeout: float) -> dict[str, Any]:
     memory_mb = settings.KOPE_REFERENCE_MEMORY_MB
     with tempfile.TemporaryDirectory(prefix="kope-ref-") as workdir:
-        child = subprocess.Popen(
-            [sys.executable, "-s", "-m", "apps.operators.refrun"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=_clean_env(int(request.get("threads", 1))),
-            preexec_fn=lambda: _limits(memory_mb, int(timeout) + 1),
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = child.communicate(json.dumps(request).encode(), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            raise ReferenceRunError(f"the reference did not finish within {timeout:g} s") from None
-    return _answer(child.returncode, stdout, stderr, memory_mb)
+        if settings.KOPE_REFERENCE_WARM and SUPPORTED:
+            returncode, stdout, stderr = _in_a_warm_child(request, timeout, memory_mb, workdir)
+        else:
+            returncode, stdout, stderr = _in_a_fresh_process(request, timeout, memory_mb, workdir)
+    return _answer(returncode, stdout, stderr, memory_mb)
+
+
+def _in_a_warm_child(
+    request: dict[str, Any], timeout: float, memory_mb: int, workdir: str
+) -> tuple[int, bytes, bytes]:
+    answer_file, stderr_file = Path(workdir, "answer.json"), Path(workdir, "stderr.txt")
+    order = {"request": request, "timeout_s": timeout, "memory_mb": memory_mb,
+             "cpu_s": int(timeout) + 1, "workdir": workdir,
+             "answer_file": str(answer_file), "stderr_file": str(stderr_file)}  # fmt: skip
+    try:
+        ended = pool.serve(order)
+    except RunnerGone as gone:
+        raise ReferenceRunError(f"the reference runner stopped: {gone}") from None
+    if ended["timed_out"]:
+        raise ReferenceRunError(f"the reference did not finish within {timeout:g} s")
+    stdout = answer_file.read_bytes() if answer_file.exists() else b""
+    stderr = stderr_file.read_bytes() if stderr_file.exists() else b""
+    return int(ended["returncode"]), stdout, stderr
+
+
+def _in_a_fresh_process(
+    request: dict[str, Any], timeout: float, memory_mb: int, workdir: str
+) -> tuple[int, bytes, bytes]:
+    child = subprocess.Popen(
+        [sys.executable, "-s", "-m", "apps.operators.refrun"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=_clean_env(int(request.get("threads", 1))),
+        preexec_fn=lambda: apply_limits(memory_mb, int(timeout) + 1),
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = child.communicate(json.dumps(request).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise ReferenceRunError(f"the reference did not finish within {timeout:g} s") from None
+    return child.returncode, stdout, stderr
 
 
 def _answer(returncode: int, stdout: bytes, stderr: bytes, memory_mb: int) -> dict[str, Any]:

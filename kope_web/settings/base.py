@@ -226,6 +226,7 @@ LOGGING = {
 # --- Operators: limits for running reference code (always in a child process) -------------
 KOPE_REFERENCE_TIMEOUT_S = env_int("KOPE_REFERENCE_TIMEOUT_S", 120, minimum=1)
 KOPE_REFERENCE_MEMORY_MB = env_int("KOPE_REFERENCE_MEMORY_MB", 8192, minimum=512)
+KOPE_REFERENCE_WARM = env_bool("KOPE_REFERENCE_WARM", True)
 KOPE_BUILD_CACHE_DIR = DATA_DIR / "build-cache"
 # Imports started from the browser or the API may only read folders under these roots.
 KOPE_IMPORT_ROOTS = [

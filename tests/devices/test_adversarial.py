@@ -27,8 +27,7 @@ from pytest_django import DjangoDbBlocker
 
 from apps.devices.evaluator import EvalSettings, OperatorUnderTest, evaluate_candidate
 from apps.devices.services import operator_under_test
-from apps.operators.builtin_suite import read_builtin_suite
-from tests.factories import stored_builtin
+from tests.factories import store_every_builtin, stored_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = Path(__file__).resolve().parent / "adversarial"
@@ -339,12 +338,6 @@ def test_a_kernel_cannot_answer_the_judges_timing_orders(gemm: OperatorUnderTest
 
 
 # --- the benchmark command -----------------------------------------------------------------
-
-
-def store_every_builtin() -> None:
-    """So `bench` finds the suite stored and runs no reference to load it."""
-    for folder in read_builtin_suite():
-        stored_builtin(folder.spec.slug)
 
 
 @pytest.mark.django_db

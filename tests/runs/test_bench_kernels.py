@@ -21,7 +21,7 @@ from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
 from apps.runs.bench import consistency, consistency_line, disagreement
 from apps.workbench.bench import drop_database
-from tests.devices.test_adversarial import store_every_builtin
+from tests.factories import store_every_builtin
 from tests.workbench.test_live_events import process_env
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case

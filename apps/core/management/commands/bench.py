@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
+from apps.devices.reference_bench import REFERENCE_BENCHMARK
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
 from apps.runs.bench import KernelsOptions, kernels_benchmark_for
 from apps.workbench.bench import WEB_BENCHMARK
@@ -21,12 +22,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "name",
-            choices=sorted([*BENCHMARKS, "retrieval", "kernels", "web"]),
+            choices=sorted([*BENCHMARKS, "retrieval", "kernels", "web", "reference"]),
             help="what to measure",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
-            "--repeats", type=int, default=10, help="evaluations behind the spread (at least 2)"
+            "--repeats",
+            type=int,
+            default=10,
+            help="evaluations behind the spread; reference: turns per operator (at least 2)",
         )
         parser.add_argument(
             "--cases", type=int, default=DEFAULT_CASES, help="synthetic cases (retrieval)"
@@ -70,7 +74,7 @@ class Command(BaseCommand):
 
 
 # The web benchmark makes and migrates a database of its own; the evaluator's needs none.
-USES_THE_DATABASE = ("kernels", "retrieval")
+USES_THE_DATABASE = ("kernels", "retrieval", "reference")
 
 
 def require_a_migrated_database() -> None:
@@ -99,4 +103,5 @@ def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
         "retrieval": retrieval_benchmark_for(options["cases"]),
         "kernels": kernels_benchmark_for(kernels),
         "web": WEB_BENCHMARK,
+        "reference": REFERENCE_BENCHMARK,
     }
