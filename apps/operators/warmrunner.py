@@ -43,18 +43,21 @@ class WarmRunner:
     def __init__(self) -> None:
         # What the runner itself says (an import that failed), kept for its last words.
         self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        # Unbuffered pipes: a buffered one has a lock, which a process forked while another
+        # thread held it (forget() closes the pipes there) would wait on forever.
         self.process = subprocess.Popen(
             [sys.executable, "-s", "-m", "apps.operators.refrun", "--warm"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-            cwd=ROOT, env=RUNNER_ENV,
+            cwd=ROOT, env=RUNNER_ENV, bufsize=0,
         )  # fmt: skip
 
     def serve(self, order: dict[str, Any]) -> dict[str, Any]:
         """How the child that served `order` ended: {"returncode", "timed_out"}."""
         assert self.process.stdin is not None and self.process.stdout is not None
+        unsent = memoryview(json.dumps(order).encode() + b"\n")
         try:
-            self.process.stdin.write(json.dumps(order).encode() + b"\n")
-            self.process.stdin.flush()
+            while unsent:
+                unsent = unsent[self.process.stdin.write(unsent) or 0 :]
         except OSError:
             raise RunnerGone(self.last_words()) from None
         wait_s = float(order["timeout_s"]) + REPLY_MARGIN_S

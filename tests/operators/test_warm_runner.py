@@ -4,11 +4,15 @@ parent's runners alone; and `manage.py bench reference` measures what it saves."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import select
 import signal
+import threading
+import time
 from io import StringIO
 from typing import Any
 
@@ -16,7 +20,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.operators.sandbox import ReferenceRunError, run_reference
-from apps.operators.warmrunner import pool
+from apps.operators.warmrunner import WarmRunner, pool
 from tests.factories import store_every_builtin
 
 TIMEOUT_S = 20
@@ -144,6 +148,42 @@ def test_a_forked_process_starts_runners_of_its_own_and_leaves_its_parents_alone
     assert inherited == [] and own and not set(own) & runners and marked is False
     assert runner_pids() == runners
     assert what_the_reference_saw()["marked"] is False  # the parent's runner still answers
+
+
+def test_a_process_forked_while_a_runner_is_written_to_does_not_wait_on_it() -> None:
+    """A fork closes the child's copies of the runners' pipes (forget). On a buffered pipe
+    that meant taking its lock, which the parent's thread writing at that moment held: the
+    child waited forever, before it could even exec."""
+    runner = WarmRunner()  # importing PyTorch: it reads nothing for a second or more
+    pool.every.add(runner)
+    writer = threading.Thread(target=write_quietly, args=(runner, b"x" * 10_000_000))
+    writer.start()
+    time.sleep(0.2)  # the writer is in the middle of its write, the pipe full
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (reported through the pipe)
+        try:
+            os.write(write_end, b"started")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        started = select.select([read_end], [], [], 10)[0] and os.read(read_end, 16)
+        assert started == b"started", "the forked process waited on the runner's pipe"
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(read_end)
+        pool.every.discard(runner)
+        runner.process.kill()
+        writer.join()
+        runner.close()
+
+
+def write_quietly(runner: WarmRunner, data: bytes) -> None:
+    assert runner.process.stdin is not None
+    with contextlib.suppress(OSError):  # the runner was killed first
+        runner.process.stdin.write(data)
 
 
 @pytest.mark.django_db
