@@ -219,7 +219,7 @@ LOGGING = {
     "loggers": {
         "pgserver": {"level": "WARNING"},
         # It warns on every event sent to a session nobody is watching, which is the usual case.
-        "channels_postgres.core": {"level": "ERROR"},
+        "channels_postgres.database": {"level": "ERROR"},
     },
 }
 

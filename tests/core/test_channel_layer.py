@@ -1,14 +1,17 @@
 """The single-machine channel layer delivers each message once, also one sent while its
 listener starts, when it is used from one event loop after another, and after the database
-dropped its connections; a listener stopped while it connects leaves no connection open."""
+dropped its connections; a listener stopped while it connects leaves no connection open; an
+event for a group nobody is in is no warning."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import socket
 from typing import Any
 
+import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 
@@ -104,3 +107,16 @@ def test_a_listener_stopped_while_it_connects_leaves_no_connection_open(
             client.settimeout(10)
             while client.recv(4096):  # what libpq sent before it waited for an answer
                 pass  # an empty read: the listener's side closed the connection
+
+
+def test_an_event_for_a_session_nobody_watches_logs_no_warning(
+    transactional_db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The usual case: a session's events go to its group whether or not a browser is in it.
+    channels_postgres warned on each one, burying a benchmark's progress lines."""
+    layer = DatabaseChannelLayer(prefix="kope-layer-test")
+
+    with caplog.at_level(logging.WARNING):
+        async_to_sync(layer.group_send)("nobody-watches", PROBE)
+
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("channels_postgres")] == []
