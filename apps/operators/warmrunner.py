@@ -41,10 +41,11 @@ class RunnerGone(RuntimeError):
 
 class WarmRunner:
     def __init__(self) -> None:
+        # Unbuffered files and pipes: a buffered one has a lock, which a process forked while
+        # another thread held it would wait on forever when it closes its copy (forget(), or
+        # the garbage collector after it).
         # What the runner itself says (an import that failed), kept for its last words.
-        self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        # Unbuffered pipes: a buffered one has a lock, which a process forked while another
-        # thread held it (forget() closes the pipes there) would wait on forever.
+        self.errors: IO[bytes] = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 (close())
         self.process = subprocess.Popen(
             [sys.executable, "-s", "-m", "apps.operators.refrun", "--warm"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
