@@ -82,3 +82,20 @@ def test_where_fast_math_broke_the_kernel_vector_math_comes_next(team: Team) -> 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "vector_math()"
     assert proposal.candidate.flags == (NO_MATH_ERRNO,)
+
+
+def test_after_a_replay_with_fast_math_broke_the_kernel_its_steps_do_not_come_alone_first(
+    team: Team,
+) -> None:
+    """sigmoid in a suite run: gelu's path (-ffast-math and the parallel loop), replayed on the
+    start, broke it. The next round tried -ffast-math alone, which broke it the same way, and
+    the parallel loop no longer fit in the five rounds (0.72x against memory off)."""
+    replayed = ("replay(case=160): flags(set=fast_math); "
+                "omp_parallel_for(loop=L0, schedule=static)")  # fmt: skip
+    failed = frozenset({replayed})
+    here = replace(situation(team, "sigmoid", "activation", []), tried=failed, broke=failed)
+
+    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "vector_math()"

@@ -31,7 +31,8 @@ the math library), higher the more memory says the flag set slowed similar kerne
 step can cost here too: a replayed kernel that gained far less than its path did where it was
 found (or, no faster, did not replace the start) is made again with only its most promising
 source step, then without each of its source steps in turn, then with each other one alone
-(see ablation_moves).
+(see ablation_moves). A replayed kernel that broke correctness blames each of its steps: on
+the kernel it was made from, none of them is tried alone before the fresh moves.
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -171,11 +172,12 @@ class OfflineSearchPolicy:
                             "has been tried or makes a kernel already run")  # fmt: skip
         evidence = gather_evidence(situation, cases)
         worn = worn_moves(situation)
+        blamed = blamed_steps(situation)
         source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
             not walks_memory_worse(c.strategy, source),
             (move_key(c.strategy) not in worn or c.strategy in ablations)
-            and c.strategy not in situation.lost,
+            and c.strategy not in situation.lost and c.strategy not in blamed,
             makes_a_lowering_memory_does_not_fault(c, evidence) and c.strategy not in ablations,
             takes_the_replay_apart(c.strategy, ablations),
             *score_key(c, evidence, situation.seed, order, replays, measured, ablations),
@@ -244,6 +246,15 @@ def worn_moves(situation: Situation) -> set[tuple[str, str]]:
     other parameters (a tile of 64 after a tile of 32 did not pay, on the same loop) come after
     everything fresh."""
     return {move_key(label) for label in situation.tried | situation.lost}
+
+
+def blamed_steps(situation: Situation) -> frozenset[str]:
+    """The steps of the replays that broke the incumbent: one of them broke it, and each tried
+    alone may well break it again. They come after the moves nothing speaks against (sigmoid,
+    after gelu's path with -ffast-math broke it, spent its next round on -ffast-math alone and
+    had none left for the parallel loop)."""
+    failed = (label for label in situation.tried & situation.broke if is_replay(label))
+    return frozenset(step for label in failed for step in steps_of(label))
 
 
 def move_key(label: str) -> tuple[str, str]:
