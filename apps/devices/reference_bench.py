@@ -16,7 +16,6 @@ later evaluation from it.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -51,8 +50,8 @@ def reference_benchmark(options: BenchOptions) -> dict[str, Any]:
         compile_kernel(candidate.source)  # every evaluation below finds its build cached
         rows.append(operator_row(candidate, repeats))
     return {
-        "reference_speedup": geomean([r["reference_speedup"] for r in rows]),
-        "evaluation_speedup": geomean([r["evaluation_speedup"] for r in rows]),
+        "reference_speedup": statistics.geometric_mean(r["reference_speedup"] for r in rows),
+        "evaluation_speedup": statistics.geometric_mean(r["evaluation_speedup"] for r in rows),
         "operators": rows,
         "repeats": repeats,
         "settings": SETTINGS.as_json(),
@@ -84,10 +83,6 @@ def reference_request(candidate: Candidate) -> None:
     """The request an evaluation makes first: inputs and expected outputs for every run."""
     with Workspace() as workspace:
         generate(workspace, candidate.operator, plan_runs(candidate.operator, SETTINGS.seeds))
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def reference_table(report: dict[str, Any]) -> str:

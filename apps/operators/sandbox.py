@@ -15,28 +15,16 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.operators.childlimits import apply_limits
+from apps.operators.childlimits import apply_limits, clean_env
 from apps.operators.warmrunner import SUPPORTED, RunnerGone, pool
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class ReferenceRunError(RuntimeError):
     """The child failed as a whole: timed out, ran out of memory, or crashed."""
 
 
-def _clean_env(threads: int) -> dict[str, str]:
-    return {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": str(threads),
-        "HOME": "/nonexistent",
-    }
-
-
 def run_reference(request: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-    """Send one request to a fresh runner; its answer, or ReferenceRunError with the reason."""
+    """Send one request to a reference runner; its answer, or ReferenceRunError with the reason."""
     return _answer_of(_run_child(request, timeout_s or settings.KOPE_REFERENCE_TIMEOUT_S))
 
 
@@ -90,7 +78,7 @@ def _in_a_fresh_process(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=workdir,
-        env=_clean_env(int(request.get("threads", 1))),
+        env=clean_env(int(request.get("threads", 1))),
         preexec_fn=lambda: apply_limits(memory_mb, int(timeout) + 1),
         start_new_session=True,
     )

@@ -19,20 +19,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from apps.operators.childlimits import ROOT, clean_env
+
 REPLY_MARGIN_S = 30  # beyond the request's own limit: the runner's start and the child's exit
 MAX_IDLE = 2  # runners kept between requests, each with PyTorch in memory (about 230 MB)
 SUPPORTED = hasattr(os, "pidfd_open")  # how a runner waits for its child: Linux 5.3 and later
-RUNNER_ENV = {
-    "PATH": "/usr/bin:/bin",
-    "PYTHONPATH": str(ROOT),
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "OMP_NUM_THREADS": "1",  # each child sets its request's thread count
-    "HOME": "/nonexistent",
-}
+RUNNER_ENV = clean_env(threads=1)  # each child sets its request's thread count
 
 
 class RunnerGone(RuntimeError):
