@@ -13,11 +13,11 @@ from apps.core.management.commands.runstack import stop_all
 # (as a Celery pool process outliving its worker would).
 PARENT_WITH_A_CHILD = """
 import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 print(child.pid, flush=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 time.sleep(60)
-"""
+"""  # the handler comes before the pid is printed: the test's SIGTERM follows at once
 
 
 def test_stopping_the_stack_also_stops_what_its_processes_started() -> None:
