@@ -19,9 +19,12 @@ from apps.agents.offline.transforms import DECLARE_SIMD, Strategy, TransformErro
 from apps.agents.policy import Attempt, Candidate
 from apps.devices.cpu_c.build import compile_kernel
 from apps.devices.evaluator import EvalSettings, evaluate_candidate
-from apps.devices.services import operator_under_test
+from apps.devices.services import kernel_source_store, operator_under_test
 from apps.devices.symbols import imported_symbols
-from tests.agents.test_offline_policy import naive, situation
+from apps.memory.journal import journal_append
+from apps.memory.retrieval import Hit
+from apps.runs.models import OptimizationSession
+from tests.agents.test_offline_policy import improved_case, naive, situation
 from tests.factories import stored_builtin
 
 VECTOR_MATH = Strategy("vector_math")
@@ -99,3 +102,96 @@ def test_after_a_replay_with_fast_math_broke_the_kernel_its_steps_do_not_come_al
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "vector_math()"
+
+
+# gelu's path as a suite run recorded it
+GELU_PATH = ("replay(case=43): flags(set=fast_math); omp_parallel_for(loop=L0, "
+             "schedule=static); flags(set=unroll_loops)")  # fmt: skip
+
+
+def offered_after_the_failed_replay(team: Team, slug: str, family: str) -> set[str]:
+    """What the offline policy offers on `slug`'s kernel a round after gelu's path broke it."""
+    vectorized = Candidate(apply(VECTOR_MATH, naive(slug)), "vector_math()", (NO_MATH_ERRNO,))
+    incumbent = Attempt(2, vectorized, "improved", True, 50.0, "")
+    here = replace(situation(team, slug, family, []), incumbent=incumbent,
+                   broke=frozenset({GELU_PATH}))  # fmt: skip
+    return {c.strategy for c in moves(here)}
+
+
+def test_a_flag_set_in_a_replay_that_broke_an_elementwise_map_is_not_offered_again(
+    team: Team,
+) -> None:
+    """sigmoid in the next suite run: after gelu's path broke it, vector_math made it faster,
+    and on that kernel -ffast-math alone broke it again in round 3: the parallel loop, the
+    path's only other step, computes each element as the serial loop does."""
+    offered = offered_after_the_failed_replay(team, "sigmoid", "activation")
+
+    assert "flags(set=fast_math)" not in offered
+    assert "omp_parallel_for(loop=L0, schedule=static)" in offered
+
+
+def test_where_a_loop_reduces_the_replay_s_other_steps_may_have_broken_it(team: Team) -> None:
+    """On a row reduction a parallel loop can race or reorder sums: the flag set stays."""
+    incumbent = Attempt(2, Candidate(naive("row_sum"), "starting kernel"), "no_change", True,
+                        50.0, "")  # fmt: skip
+    here = replace(situation(team, "row_sum", "reduction", []), incumbent=incumbent,
+                   broke=frozenset({GELU_PATH}))  # fmt: skip
+
+    assert "flags(set=fast_math)" in {c.strategy for c in moves(here)}
+
+
+def test_only_the_flag_set_of_a_replay_that_broke_an_elementwise_map_is_blamed(team: Team) -> None:
+    """Blamed too, sigmoid's static parallel loop came after the fresh moves and its dynamic
+    schedule, which gelu's parallel loop spoke for as well, ran 7x slower than the start."""
+    gelu_parallel = improved_case(team, "gelu", "omp_parallel_for(loop=L0, schedule=static)", 8.0)
+    failed = frozenset({GELU_PATH})
+    here = replace(situation(team, "sigmoid", "activation", [gelu_parallel]), tried=failed,
+                   broke=failed)  # fmt: skip
+
+    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "omp_parallel_for(loop=L0, schedule=static)"
+
+
+def failed_replay_case(team: Team, slug: str, replay: str) -> Hit:
+    """A case of `slug` whose replayed path `replay` broke its naive kernel."""
+    version = stored_builtin(slug)
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    base = {"version_id": version.pk, "target": "cpu-c"}
+    start = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        **base, "correct": True, "iteration": 0, "strategy": "starting kernel",
+        "outcome": "no_change", "latency_ms": 10.0,
+        "source_sha256": kernel_source_store(naive(slug)).sha256})  # fmt: skip
+    child = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        **base, "correct": False, "iteration": 1, "strategy": replay, "outcome": "incorrect",
+        "parent_case_id": start.pk})  # fmt: skip
+    return Hit(key=f"case:{child.pk}", kind="case", text=f"{slug}: {replay}", provenance={},
+               scores={"similarity": 0.8, "downstream": 0.0, "value": 0.0,
+                       "rank_score": 0.8})  # fmt: skip
+
+
+def test_a_replay_that_broke_a_similar_map_speaks_against_its_one_flag_set(team: Team) -> None:
+    """swiglu in a suite run: after gelu's path broke sigmoid, swiglu's round on -ffast-math
+    broke it the same way. The replay's case is a known failure of that flag set."""
+    broke_sigmoid = failed_replay_case(team, "sigmoid", GELU_PATH)
+    here = situation(team, "swiglu", "activation", [broke_sigmoid])
+
+    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "vector_math()"
+    assert proposal.adopted == [{"key": broke_sigmoid.key, "why": (
+        f"avoided flags(set=fast_math): {broke_sigmoid.key} (sigmoid, a kernel 100% alike) was "
+        "incorrect after a replayed path whose one step that can change a result was "
+        "flags(set=fast_math)")}]  # fmt: skip
+
+
+def test_a_replay_that_broke_a_reduction_blames_no_one_step_elsewhere(team: Team) -> None:
+    broke_row_sum = failed_replay_case(team, "row_sum", GELU_PATH)
+    here = situation(team, "logsumexp_rows", "reduction", [broke_row_sum])
+
+    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+
+    assert proposal.candidate is not None
+    assert proposal.candidate.strategy == "flags(set=fast_math)"

@@ -32,7 +32,10 @@ step can cost here too: a replayed kernel that gained far less than its path did
 found (or, no faster, did not replace the start) is made again with only its most promising
 source step, then without each of its source steps in turn, then with each other one alone
 (see ablation_moves). A replayed kernel that broke correctness blames each of its steps: on
-the kernel it was made from, none of them is tried alone before the fresh moves.
+the kernel it was made from, none of them is tried alone before the fresh moves. On an
+elementwise map, where a parallel loop or a tile computes each element as before, its one step
+that can change a result is blamed alone: a flag set so blamed is dropped for the operator as
+one that broke it on its own is, and the replay's case speaks against that step elsewhere.
 
 What an earlier session measured on this very kernel (the same operator version, target,
 source, flags and threads) is the evaluator's own verdict, not a lesson from a similar one: a
@@ -249,12 +252,14 @@ def worn_moves(situation: Situation) -> set[tuple[str, str]]:
 
 
 def blamed_steps(situation: Situation) -> frozenset[str]:
-    """The steps of the replays that broke the incumbent: one of them broke it, and each tried
-    alone may well break it again. They come after the moves nothing speaks against (sigmoid,
-    after gelu's path with -ffast-math broke it, spent its next round on -ffast-math alone and
-    had none left for the parallel loop)."""
+    """The steps of the replays that broke the incumbent that may have broken it (see
+    culprits): each tried alone may well break it again. They come after the moves nothing
+    speaks against (sigmoid, after gelu's path with -ffast-math broke it, spent its next round
+    on -ffast-math alone and had none left for the parallel loop)."""
+    assert situation.incumbent is not None
+    source = situation.incumbent.candidate.source
     failed = (label for label in situation.tried & situation.broke if is_replay(label))
-    return frozenset(step for label in failed for step in steps_of(label))
+    return frozenset(step for label in failed for step in culprits(label, source))
 
 
 def move_key(label: str) -> tuple[str, str]:
@@ -283,8 +288,41 @@ def moves(situation: Situation) -> list[Candidate]:
     candidates += drop_moves(base, replayed_flag_sets(situation.incumbent.case_id))
     # A flag set that broke this operator once breaks it again on any kernel derived from
     # that one: its tolerance is the operator's, not the kernel's.
-    return [c for c in candidates
-            if not (c.strategy.startswith("flags(") and c.strategy in situation.broke)]  # fmt: skip
+    broken = broken_flag_sets(situation)
+    return [c for c in candidates if c.strategy not in broken]
+
+
+# Moves that leave every result bit for bit on a kernel where no loop reduces or carries a
+# value: each output element is still computed by the same operations in the same order.
+EXACT_ON_MAPS = frozenset({"omp_parallel_for", "omp_parallel_private", "interchange", "tile",
+                           "restrict_pointers", "hoist_invariant", "unroll", "omp_simd",
+                           "threads", "flags(set=unroll_loops)"})  # fmt: skip
+
+
+def culprits(replay: str, source: str) -> list[str]:
+    """The steps of a replayed path that broke `source` that may have broken it: on an
+    elementwise map, its one step that can change a result where there is one (every other
+    step computes each element as before), else all of them. On sigmoid, gelu's path
+    (-ffast-math, the parallel loop, -funroll-loops) came out incorrect; blamed too, the
+    parallel loop gave way to its dynamic schedule (7x slower)."""
+    steps = steps_of(replay)
+    if kernel_features(source) & {"reduction", "carried"}:
+        return steps
+    suspects = [step for step in steps if move_of(step) not in EXACT_ON_MAPS]
+    return suspects if len(suspects) == 1 else steps
+
+
+def broken_flag_sets(situation: Situation) -> frozenset[str]:
+    """The flag sets that broke this operator, on their own or as the one culprit of a
+    replayed path: they are not offered again. On sigmoid, two rounds after gelu's path broke it,
+    -ffast-math alone broke a kernel vector_math had made faster, and no round was left for
+    the parallel loop."""
+    assert situation.incumbent is not None
+    source = situation.incumbent.candidate.source
+    blamed = (culprits(label, source) if is_replay(label) else [label]
+              for label in situation.broke)  # fmt: skip
+    return frozenset(steps[0] for steps in blamed
+                     if len(steps) == 1 and steps[0].startswith("flags("))  # fmt: skip
 
 
 def source_moves(base: Candidate) -> list[Candidate]:
@@ -651,8 +689,8 @@ def step_applied(step: str, base: Candidate, situation: Situation) -> Candidate 
     if sets_flags_or_threads(step):
         allowed = situation.operator.fast_math_allowed
         offered = thread_moves(base) + flag_moves(base, fast_math_allowed=allowed)
-        return next((c for c in offered if c.strategy == step and step not in situation.broke),
-                    None)  # fmt: skip
+        broken = broken_flag_sets(situation)
+        return next((c for c in offered if c.strategy == step and step not in broken), None)
     try:
         strategy = parallel_as_needed(strategy_from_label(step), base.source)
         source = apply(strategy, base.source)
@@ -737,7 +775,7 @@ def case_evidence(hit: Hit, case: Case, situation: Situation,
     if case.parent is None or case.parent.source is None:
         return None  # a starting kernel says nothing about a strategy
     incumbent = situation.incumbent
-    move = move_of(case.strategy)
+    move = move_spoken_for(case)
     if (incumbent is not None and case.parent.source.text == incumbent.candidate.source
             and strategy_name(move) not in FLAG_MOVES):  # fmt: skip
         # Made from this very source: what a loop move did says nothing sure about the same
@@ -760,8 +798,22 @@ def case_evidence(hit: Hit, case: Case, situation: Situation,
         verb = "improved" if gain > 0 else "slowed"
         return Evidence(hit.key, move, gain, weight,
                         f"{where} {verb} {case.speedup_vs_parent:.2f}x with {move}")  # fmt: skip
-    return Evidence(hit.key, move, gain, weight,
-                    f"{where} was {case.outcome} after {move}")  # fmt: skip
+    after = move if move == move_of(case.strategy) else (
+        f"a replayed path whose one step that can change a result was {move}")  # fmt: skip
+    return Evidence(hit.key, move, gain, weight, f"{where} was {case.outcome} after {after}")
+
+
+def move_spoken_for(case: Case) -> str:
+    """What a case speaks for: its strategy, or for a replayed path that broke an elementwise
+    map, its one step that can change a result (see culprits), as if it had broken the kernel
+    alone. swiglu, after sigmoid's replay with -ffast-math broke sigmoid, spent a round on
+    -ffast-math and broke the same way."""
+    broken = case.parent.source if case.parent else None  # the kernel the path broke
+    if is_replay(case.strategy) and case.outcome in FAILED_OUTCOMES and broken is not None:
+        blamed = culprits(case.strategy, broken.text)
+        if len(blamed) == 1:
+            return move_of(blamed[0])
+    return move_of(case.strategy)
 
 
 def case_gain(case: Case) -> float | None:
