@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import NO_MATH_ERRNO, OfflineSearchPolicy, moves
+from apps.agents.offline.policy import NO_MATH_ERRNO, OfflineSearchPolicy, culprits, moves
+from apps.agents.offline.replay import steps_of
 from apps.agents.offline.transforms import DECLARE_SIMD, Strategy, TransformError, apply
 from apps.agents.policy import Attempt, Candidate
 from apps.devices.cpu_c.build import compile_kernel
@@ -128,6 +129,15 @@ def test_a_flag_set_in_a_replay_that_broke_an_elementwise_map_is_not_offered_aga
 
     assert "flags(set=fast_math)" not in offered
     assert "omp_parallel_for(loop=L0, schedule=static)" in offered
+
+
+def test_a_hoisted_division_can_change_a_result_too() -> None:
+    """A reciprocal product rounds differently from the division it replaced: with -ffast-math
+    in the same path, either step may have broken an elementwise map."""
+    path = "replay(case=7): flags(set=fast_math); hoist_invariant(loop=L0); omp_simd(loop=L0)"
+
+    assert culprits(path, naive("sigmoid")) == steps_of(path)
+    assert culprits(GELU_PATH, naive("sigmoid")) == ["flags(set=fast_math)"]
 
 
 def test_where_a_loop_reduces_the_replay_s_other_steps_may_have_broken_it(team: Team) -> None:
