@@ -27,11 +27,13 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import logging
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -162,25 +164,36 @@ def run_session(
         budgets=Budgets(rounds=kernels.rounds, plateau=kernels.rounds),
         measurement=Measurement(seeds=kernels.seeds, warmup=3, repeats=kernels.repeats),
     )  # fmt: skip
-    eager = current_app.conf.task_always_eager
-    current_app.conf.task_always_eager = True  # case embeddings happen here, not in a worker
-    try:
-        # Verdicts from before this run are measured again; within the run, the same kernel
-        # with memory on and off shares one measurement (a paired comparison).
-        evaluate = evaluate_here_since(since)
-        shown = ""
+    # Verdicts from before this run are measured again; within the run, the same kernel
+    # with memory on and off shares one measurement (a paired comparison).
+    evaluate = evaluate_here_since(since)
+    shown = ""
+    with tasks_run_here():
         while advance(session.pk, evaluate=evaluate, policy_for=policy_for):
             # An advance that closes an operator records no case: nothing new to show.
             if (line := iteration_line(session.pk)) != shown:
                 progress(f"memory {mode}: {line}")
                 shown = line
-    finally:
-        current_app.conf.task_always_eager = eager
     session.refresh_from_db()
     if session.status != OptimizationSession.Status.FINISHED:
         raise BenchmarkError(f"session {session.pk} ended {session.status}: "
                              f"{session.status_reason}")  # fmt: skip
     return session
+
+
+@contextmanager
+def tasks_run_here() -> Iterator[None]:
+    """Celery tasks the loop sends (case embeddings) run in this process, without a line on
+    stderr for each: the benchmark's progress lines are the ones to read."""
+    conf, trace_log = current_app.conf, logging.getLogger("celery.app.trace")
+    eager, level = conf.task_always_eager, trace_log.level
+    conf.task_always_eager = True
+    trace_log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        conf.task_always_eager = eager
+        trace_log.setLevel(level)
 
 
 def iteration_line(session_id: int) -> str:

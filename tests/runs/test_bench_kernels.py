@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import current_app
 from django.core.management import CommandError, call_command
 
 from apps.agents.policy import candidate_of_case
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
-from apps.runs.bench import consistency, consistency_line, disagreement
+from apps.runs.bench import consistency, consistency_line, disagreement, tasks_run_here
 from apps.workbench.bench import drop_database
 from tests.factories import store_every_builtin
 from tests.workbench.test_live_events import process_env
@@ -117,6 +119,22 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
         "Steal: the share of this machine's CPU time the hypervisor gave"
         in Path(report["files"]["markdown"]).read_text()
     )
+
+
+def test_tasks_sent_while_the_benchmark_runs_run_here_without_a_line_each(
+    db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    eager = current_app.conf.task_always_eager
+
+    with tasks_run_here():
+        assert embed_case.delay(-1).successful()  # no such case: it returns at once
+    quiet = [r for r in caplog.records if r.name == "celery.app.trace"]
+    embed_case.apply(args=(-1,))  # after the benchmark, Celery's own lines come back
+
+    assert quiet == []
+    assert [r.name for r in caplog.records].count("celery.app.trace") == 1
+    assert current_app.conf.task_always_eager is eager
 
 
 def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
