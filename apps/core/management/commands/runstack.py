@@ -65,7 +65,9 @@ class Command(BaseCommand):
                 f"KOPE Workbench is ready at {url} (started in {elapsed:.1f} s). Ctrl-C stops it."
             )
             wait_for_first_exit(children)
-        except KeyboardInterrupt:
+        except BaseException as error:
+            if not caused_by_ctrl_c(error):
+                raise
             self.say("\nStopping…")
         finally:
             stop_all(children)
@@ -101,6 +103,18 @@ def stop_like_ctrl_c(signum: int, frame: object) -> None:
     # lands where Python swallows it (a finalizer, a logging lock): the next check raises it.
     STOP_REQUESTED.set()
     raise KeyboardInterrupt
+
+
+def caused_by_ctrl_c(error: BaseException) -> bool:
+    """A KeyboardInterrupt, or an error it caused on its way out: Ctrl-C in the middle of a
+    migration's commit leaves the connection mid-transaction, and the rollback that follows
+    fails with a database error of its own."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def stop_if_asked() -> None:
