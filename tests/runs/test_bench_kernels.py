@@ -6,9 +6,6 @@ import csv
 import json
 import logging
 import math
-import subprocess
-import sys
-import uuid
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -22,9 +19,7 @@ from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
 from apps.runs.bench import consistency, consistency_line, disagreement, tasks_run_here
-from apps.workbench.bench import drop_database
 from tests.factories import store_every_builtin
-from tests.workbench.test_live_events import process_env
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case
 # cost four times as much).
@@ -191,22 +186,6 @@ def test_three_side_by_side_ratios_that_disagree_are_reported_with_the_worst() -
 def test_a_team_that_does_not_exist_is_named_in_the_error(db: None) -> None:
     with pytest.raises(CommandError, match="--team no-such-team: no team has that slug"):
         bench_json("--operators", OPERATOR, "--team", "no-such-team")
-
-
-def test_a_database_migrate_never_ran_on_is_named_with_what_to_do(db: None) -> None:
-    empty = f"kope_unmigrated_{uuid.uuid4().hex[:8]}"  # the embedded server makes it on start
-    env = process_env("single-machine") | {"KOPE_DB_NAME": empty}
-    try:
-        run = subprocess.run(
-            [sys.executable, "manage.py", "bench", "kernels", "--operators", OPERATOR],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-    finally:
-        drop_database(empty)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert f"the database {empty} lacks" in run.stderr
-    assert "run manage.py migrate first" in run.stderr
-    assert "Traceback" not in run.stderr
 
 
 def bench_json(*args: str) -> dict[str, Any]:

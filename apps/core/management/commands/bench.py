@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
+from apps.core.commands import require_a_migrated_database
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.devices.reference_bench import REFERENCE_BENCHMARK
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
@@ -75,20 +74,6 @@ class Command(BaseCommand):
 
 # The web benchmark makes and migrates a database of its own; the evaluator's needs none.
 USES_THE_DATABASE = ("kernels", "retrieval", "reference")
-
-
-def require_a_migrated_database() -> None:
-    """Stop with what to do, not a traceback from deep inside the run, on a database that
-    `manage.py migrate` has not brought up to date (a fresh KOPE_DATA_DIR, say)."""
-    executor = MigrationExecutor(connection)
-    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    if plan:
-        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:3])
-        more = f" and {len(plan) - 3} more" if len(plan) > 3 else ""
-        raise CommandError(
-            f"the database {connection.settings_dict['NAME']} lacks {len(plan)} migrations "
-            f"({names}{more}): run manage.py migrate first (make run does)"
-        )
 
 
 def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:

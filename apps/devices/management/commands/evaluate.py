@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from apps.accounts.models import Team
+from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
 from apps.devices.evaluator import EvalSettings
 from apps.devices.services import evaluation_execute, evaluation_request
@@ -15,7 +16,7 @@ from apps.devices.verdicts import describe_verdict
 from apps.operators.selectors import operator_get, version_get
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Evaluate a cpu-c kernel against an operator: compile, check, time; print the verdict."
 
     def add_arguments(self, parser: Any) -> None:

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from apps.core.commands import DatabaseCommand
 from apps.memory.journal import forest_rebuild
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Make every Case again from the journal (the journal is the record; Cases are views)."
 
     def add_arguments(self, parser: Any) -> None:

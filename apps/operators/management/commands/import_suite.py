@@ -3,16 +3,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
 from apps.accounts.models import Team
+from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
 from apps.operators.importing import FORMATS, ReportLine, import_execute, import_start, summary
 from apps.operators.models import ImportRun
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Import a KernelBench or NPUKernelBench checkout (or a folder inside one)."
 
     def add_arguments(self, parser: Any) -> None:

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from apps.accounts.models import Team
+from apps.core.commands import DatabaseCommand
 from apps.operators.selectors import latest_versions, operators_visible_to
 from apps.operators.spec import FAMILIES
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "List operators (newest versions): slug, version, family, level, cases, name."
 
     def add_arguments(self, parser: Any) -> None:

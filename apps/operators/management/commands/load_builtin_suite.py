@@ -2,14 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from apps.core.commands import DatabaseCommand
 from apps.operators.models import OperatorVersion
 from apps.operators.services import ImportProblem, builtin_suite_load
 from apps.operators.spec import SpecError
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Store the built-in CPU suite (apps/operators/builtin/); unchanged operators are kept."
 
     def handle(self, *args: Any, **options: Any) -> None:
