@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class DomainError(Exception):
     """A request that cannot be done as asked. `code` is machine-readable."""
@@ -31,3 +34,17 @@ class PermissionDenied(DomainError):
 class Conflict(DomainError):
     status = 409
     code = "conflict"
+
+
+Bounds = Mapping[str, tuple[int, int | None]]  # name -> (lowest, highest or None for no limit)
+
+
+def require_whole_numbers(what: str, bounds: Bounds, values: dict[str, Any]) -> None:
+    """A DomainError naming the first of `values` that is not a whole number within its
+    bounds."""
+    for name, (low, high) in bounds.items():
+        value = values[name]
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or value < low or (high is not None and value > high):
+            span = f"of at least {low}" if high is None else f"from {low} to {high}"
+            raise DomainError(f"{what} {name} must be a whole number {span}, got {value!r}")

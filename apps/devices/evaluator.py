@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from apps.core.errors import require_whole_numbers
 from apps.devices.cpu_c.build import (
     HEADER_DIR,
     CompileError,
@@ -56,6 +57,10 @@ from apps.operators.spec import OperatorSpec
 TARGET = "cpu-c"
 ROOT = Path(__file__).resolve().parents[2]
 IMPLAUSIBLE_SPEEDUP = 10.0
+# What one evaluation may ask for; the KOPE_EVAL_* settings have the same bounds.
+EVAL_BOUNDS: dict[str, tuple[int, int]] = {
+    "seeds": (1, 20), "warmup": (0, 1000), "repeats": (1, 100_000), "threads": (1, 1024),
+}  # fmt: skip
 
 
 class EvaluationError(RuntimeError):
@@ -95,6 +100,9 @@ class EvalSettings:
         if not self.baseline_sha256:  # so settings stored before baselines keep their key
             del data["baseline_sha256"], data["baseline_flags"]
         return data
+
+    def check(self) -> None:
+        require_whole_numbers("evaluation", EVAL_BOUNDS, asdict(self))
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.as_json(), sort_keys=True).encode()).hexdigest()

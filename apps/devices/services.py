@@ -49,6 +49,7 @@ def evaluation_request(
 ) -> tuple[Evaluation, bool]:
     """The stored evaluation for this key; a new (or reset, with `rerun`) one to run otherwise."""
     target_get(target)
+    options.check()
     source = kernel_source_store(source_text)
     evaluation, created = Evaluation.objects.select_for_update().get_or_create(
         source=source, version=version, target=target, options_key=options.key(),

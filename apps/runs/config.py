@@ -10,19 +10,12 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, require_whole_numbers
+from apps.devices.evaluator import EVAL_BOUNDS
 from apps.memory.values import MemoryMode
 
 POLICIES = ("offline", "claude")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def require_whole_numbers(what: str, minimums: dict[str, int], values: dict[str, Any]) -> None:
-    for name, low in minimums.items():
-        value = values[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise DomainError(f"{what} {name} must be a whole number of at least {low}, "
-                              f"got {value!r}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -33,8 +26,9 @@ class Budgets:
     context_tokens: int = 12_000  # the assembled context of one iteration
 
     def check(self) -> None:
-        minimums = {"rounds": 1, "tokens": 1, "plateau": 1, "context_tokens": 500}
-        require_whole_numbers("budget", minimums, asdict(self))
+        bounds = {"rounds": (1, None), "tokens": (1, None), "plateau": (1, None),
+                  "context_tokens": (500, None)}  # fmt: skip
+        require_whole_numbers("budget", bounds, asdict(self))
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,10 @@ class Measurement:
     repeats: int = 100
 
     def check(self) -> None:
-        require_whole_numbers("measurement", {"seeds": 1, "warmup": 0, "repeats": 3}, asdict(self))
+        # a median of fewer than three timed calls is one outlier away from any figure
+        bounds = {"seeds": EVAL_BOUNDS["seeds"], "warmup": EVAL_BOUNDS["warmup"],
+                  "repeats": (3, EVAL_BOUNDS["repeats"][1])}  # fmt: skip
+        require_whole_numbers("measurement", bounds, asdict(self))
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,7 @@ KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, mi
 KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
 
 # --- Device execution: evaluating candidate kernels (apps/devices/evaluator.py) -------------
+# The first four have the bounds of evaluator.EVAL_BOUNDS.
 KOPE_EVAL_THREADS = env_int("KOPE_EVAL_THREADS", 1, minimum=1, maximum=1024)
 KOPE_EVAL_SEEDS = env_int("KOPE_EVAL_SEEDS", 3, minimum=1, maximum=20)
 KOPE_EVAL_WARMUP = env_int("KOPE_EVAL_WARMUP", 5, minimum=0, maximum=1000)

@@ -1,5 +1,5 @@
-"""Every command that reads the project's tables says what to do on a database that
-`manage.py migrate` never ran on, rather than printing a traceback from deep inside."""
+"""The management commands meet a database migrate never ran on, and settings out of bounds,
+with what was wrong, not a traceback from deep inside."""
 
 from __future__ import annotations
 
@@ -7,20 +7,26 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from pytest_django import DjangoDbBlocker
 
+from apps.devices.models import Evaluation
 from apps.workbench.bench import drop_database
+from tests.factories import stored_builtin
 from tests.workbench.test_live_events import process_env
 
+RELU_KERNEL = Path("apps/operators/builtin/relu/naive.c")
 COMMANDS = [
     ["bench", "kernels", "--operators", "relu"],
     ["bench", "retrieval"],
     ["list_operators"],
     ["load_builtin_suite"],
     ["rebuild_forest"],
-    ["evaluate", "relu", "manage.py"],
+    ["evaluate", "relu", str(RELU_KERNEL)],
     ["import_suite", "apps/operators/builtin"],
 ]
 
@@ -44,3 +50,49 @@ def test_a_database_migrate_never_ran_on_is_named_with_what_to_do(
     assert f"the database {unmigrated_database} lacks" in run.stderr
     assert "run manage.py migrate first" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("--seeds", "0", "evaluation seeds must be a whole number from 1 to 20, got 0"),
+        ("--repeats", "0", "evaluation repeats must be a whole number from 1 to 100000, got 0"),
+        ("--warmup", "-1", "evaluation warmup must be a whole number from 0 to 1000, got -1"),
+        ("--threads", "0", "evaluation threads must be a whole number from 1 to 1024, got 0"),
+        ("--threads", "100000",
+         "evaluation threads must be a whole number from 1 to 1024, got 100000"),
+    ],
+)  # fmt: skip
+def test_evaluate_refuses_settings_outside_their_bounds_before_anything_runs(
+    db: None, option: str, value: str, reason: str
+) -> None:
+    """--seeds 0 and --repeats 0 ended in an IndexError and a ValueError from the evaluator;
+    --threads 100000 started a child that died of SIGSEGV."""
+    stored_builtin("relu")
+    with pytest.raises(CommandError, match=f"^{reason}$"):
+        call_command("evaluate", "relu", str(RELU_KERNEL), option, value, stdout=StringIO())
+    assert not Evaluation.objects.exists()
+
+
+def test_rebuild_forest_names_a_session_that_does_not_exist(db: None) -> None:
+    """It used to answer "Rebuilt 0 cases from the journal." as if all were well."""
+    with pytest.raises(CommandError, match=r"^--session 99999: no session has that id$"):
+        call_command("rebuild_forest", "--session", "99999", stdout=StringIO())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (["kernels", "--rounds", "0"], "--rounds must be at least 1"),
+        (["kernels", "--timed-calls", "2"], "--timed-calls must be from 3 to 100000"),
+        (["kernels", "--timed-calls", "100001"], "--timed-calls must be from 3 to 100000"),
+        (["retrieval", "--cases", "-1"], "--cases must be at least 1"),
+        (["evaluator", "--repeats", "1"],
+         "--repeats must be at least 2: the spread compares evaluations"),
+    ],
+)  # fmt: skip
+def test_bench_refuses_options_outside_their_bounds(arguments: list[str], reason: str) -> None:
+    """`--cases -1` used to run, and a --timed-calls past the evaluator's bound failed deep
+    inside the run."""
+    with pytest.raises(CommandError, match=f"^{reason}$"):
+        call_command("bench", *arguments, stdout=StringIO(), stderr=StringIO())

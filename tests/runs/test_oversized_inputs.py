@@ -63,6 +63,10 @@ def test_a_one_megabyte_strategy_name_is_cut_to_the_limit() -> None:
          "the strategy name is 1000009 characters; the limit is 200: name it briefly"),
         ({"source": NAIVE_VECTOR_ADD + "\x00", "strategy": "unroll"},
          "the source holds a NUL character"),
+        ({"source": NAIVE_VECTOR_ADD, "strategy": "threads", "threads": 100_000},
+         "threads must be a whole number from 1 to 1024"),
+        ({"source": NAIVE_VECTOR_ADD, "strategy": "threads", "threads": True},
+         "threads must be a whole number from 1 to 1024"),
     ],
 )  # fmt: skip
 def test_the_claude_tool_tells_the_model_its_candidate_is_refused(

@@ -23,6 +23,7 @@ from django.conf import settings
 from apps.agents.claude.client import ClientSettings, ModelClient, ModelUnavailable
 from apps.agents.claude.distiller import model_distiller
 from apps.agents.policy import MAX_STRATEGY_CHARS, Candidate, Proposal, Situation, Tools
+from apps.devices.evaluator import EVAL_BOUNDS
 from apps.memory.values import Distiller
 
 MAX_TURNS = 8
@@ -288,8 +289,9 @@ def write_tool(arguments: dict[str, Any], state: Turns, situation: Situation,
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise ToolInputError("flags must be a list of strings")
     threads = arguments.get("threads", 1)
-    if not isinstance(threads, int) or threads < 1:
-        raise ToolInputError("threads must be a whole number of at least 1")
+    low, high = EVAL_BOUNDS["threads"]
+    if not isinstance(threads, int) or isinstance(threads, bool) or not low <= threads <= high:
+        raise ToolInputError(f"threads must be a whole number from {low} to {high}")
     state.candidate = Candidate(source, strategy or "model-written kernel", tuple(flags), threads)
     return f"written ({len(source)} characters): call evaluate to hand it over"
 

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.commands import require_a_migrated_database
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
+from apps.devices.evaluator import EVAL_BOUNDS
 from apps.devices.reference_bench import REFERENCE_BENCHMARK
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
 from apps.runs.bench import KernelsOptions, kernels_benchmark_for
@@ -49,10 +50,9 @@ class Command(BaseCommand):
         parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["repeats"] < 2:
-            raise CommandError("--repeats must be at least 2: the spread compares evaluations")
-        if options["rounds"] < 1 or options["timed_calls"] < 3:
-            raise CommandError("--rounds must be at least 1 and --timed-calls at least 3")
+        problem = option_problem(options)
+        if problem:
+            raise CommandError(problem)
         if options["name"] in USES_THE_DATABASE:
             require_a_migrated_database()
         benchmark = all_benchmarks(options)[options["name"]]
@@ -70,6 +70,19 @@ class Command(BaseCommand):
 
     def progress(self, line: str) -> None:
         self.stderr.write(f"bench: {line}…")
+
+
+def option_problem(options: dict[str, Any]) -> str | None:
+    most_calls = EVAL_BOUNDS["repeats"][1]
+    if options["repeats"] < 2:
+        return "--repeats must be at least 2: the spread compares evaluations"
+    if options["rounds"] < 1:
+        return "--rounds must be at least 1"
+    if not 3 <= options["timed_calls"] <= most_calls:
+        return f"--timed-calls must be from 3 to {most_calls}"
+    if options["cases"] < 1:
+        return "--cases must be at least 1"
+    return None
 
 
 # The web benchmark makes and migrates a database of its own; the evaluator's needs none.

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.management.base import CommandError
+
 from apps.core.commands import DatabaseCommand
 from apps.memory.journal import forest_rebuild
+from apps.runs.models import OptimizationSession
 
 
 class Command(DatabaseCommand):
@@ -13,5 +16,7 @@ class Command(DatabaseCommand):
         parser.add_argument("--session", type=int, help="only this session's cases")
 
     def handle(self, *args: Any, session: int | None, **options: Any) -> None:
+        if session is not None and not OptimizationSession.objects.filter(pk=session).exists():
+            raise CommandError(f"--session {session}: no session has that id")
         count = forest_rebuild(session_id=session)
         self.stdout.write(f"Rebuilt {count} cases from the journal.")
