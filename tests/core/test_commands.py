@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from pytest_django import DjangoDbBlocker
 
 from apps.devices.models import Evaluation
+from apps.devices.services import MAX_SOURCE_BYTES
 from apps.workbench.bench import drop_database
 from tests.factories import stored_builtin
 from tests.workbench.test_live_events import process_env
@@ -96,3 +97,12 @@ def test_bench_refuses_options_outside_their_bounds(arguments: list[str], reason
     inside the run."""
     with pytest.raises(CommandError, match=f"^{reason}$"):
         call_command("bench", *arguments, stdout=StringIO(), stderr=StringIO())
+
+
+def test_evaluate_reads_no_more_of_a_kernel_file_than_the_limit(db: None) -> None:
+    """`evaluate relu /dev/zero` read forever."""
+    stored_builtin("relu")
+    reason = f"/dev/zero is over the kernel limit of {MAX_SOURCE_BYTES} bytes"
+    with pytest.raises(CommandError, match=f"^{reason}$"):
+        call_command("evaluate", "relu", "/dev/zero", stdout=StringIO())
+    assert not Evaluation.objects.exists()

@@ -11,7 +11,7 @@ from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
 from apps.devices.evaluator import EvalSettings
-from apps.devices.services import evaluation_execute, evaluation_request
+from apps.devices.services import MAX_SOURCE_BYTES, evaluation_execute, evaluation_request
 from apps.devices.verdicts import describe_verdict
 from apps.operators.selectors import operator_get, version_get
 
@@ -79,6 +79,10 @@ class Command(DatabaseCommand):
 
     def source(self, path: str) -> str:
         try:
-            return Path(path).read_text()
+            with Path(path).open("rb") as file:
+                raw = file.read(MAX_SOURCE_BYTES + 1)  # /dev/zero never ends
+            if len(raw) > MAX_SOURCE_BYTES:
+                raise CommandError(f"{path} is over the kernel limit of {MAX_SOURCE_BYTES} bytes")
+            return raw.decode()
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"cannot read {path}: {error}") from None
