@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -43,12 +44,45 @@ class NulRefusingParser(Parser):
     field of ours can store one, and finding out at the database would be a 500."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
-        return refuse_nul(super().parse_body(request), "body")
+        return refuse_nul(json_object(request.body), "body")
 
     def parse_querydict(
         self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
     ) -> DictStrAny:
         return refuse_nul(super().parse_querydict(data, list_fields, request), "query")
+
+
+JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def json_object(body: bytes) -> DictStrAny:
+    """The body as one JSON object, or a DomainError that says what is wrong with it (ninja's
+    own answer is only "Cannot parse request body")."""
+    try:
+        parsed = json.loads(body, object_pairs_hook=unique_keys)
+    except UnicodeDecodeError:
+        reason = "it is not UTF-8 text"
+    except json.JSONDecodeError as error:
+        reason = str(error)
+    except RecursionError:
+        reason = "it is nested too deeply"
+    else:
+        if not isinstance(parsed, dict):
+            raise DomainError(f"The body must be a JSON object, not {JSON_TYPES[type(parsed)]}")
+        return parsed
+    # The code ninja's own answer had ("Cannot parse request body"), which scripts may match.
+    raise DomainError(f"The body is not valid JSON: {reason}", code="http_400")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's keys, refused when one comes twice (json keeps the last silently)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DomainError(f"body holds the key {key!r} twice")
+        found[key] = value
+    return found
 
 
 def refuse_nul(parsed: DictStrAny, where: str) -> DictStrAny:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from apps.core.errors import DomainError, NotFound, PermissionDenied
 
@@ -23,3 +23,31 @@ class DomainErrorMiddleware:
         if isinstance(error, DomainError):
             return HttpResponse(error.message, status=error.status, content_type="text/plain")
         return None
+
+
+class NulRefusingMiddleware:
+    """A NUL character in the URL path or query is a 400 naming where, before any view looks
+    it up: PostgreSQL text cannot hold one, so the lookup would be a 500."""
+
+    def __init__(self, get_response):  # type: ignore[no-untyped-def]
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        where = nul_in_url(request)
+        if where is None:
+            return self.get_response(request)  # type: ignore[no-any-return]
+        message = f"{where} holds a NUL character, which cannot be stored"
+        if request.path.startswith("/api/"):
+            return JsonResponse({"error": {"code": "invalid", "message": message}}, status=400)
+        return HttpResponse(message, status=400, content_type="text/plain")
+
+
+def nul_in_url(request: HttpRequest) -> str | None:
+    if "\x00" in request.path:
+        return "path"
+    for key, values in request.GET.lists():
+        if "\x00" in key:
+            return f"query key {key!r}"
+        if any("\x00" in value for value in values):
+            return f"query.{key}"
+    return None

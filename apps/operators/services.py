@@ -323,6 +323,8 @@ def version_edit(
     if latest is not None and latest.pk != version.pk:
         raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
     _check_edit_texts({"name": name, "description": description, **(starting_kernels or {})})
+    if name is not None and not name.strip():
+        raise DomainError("the name cannot be empty")
     definition = definition_of(version)
     spec = replace(
         definition.spec,

@@ -40,8 +40,9 @@ def operator_list(request: HttpRequest, membership: Membership) -> HttpResponse:
 @team_view()
 def operator_detail(request: HttpRequest, membership: Membership, slug: str) -> HttpResponse:
     operator = selectors.operator_get(membership.team, slug)
-    number = request.GET.get("v")
-    version = selectors.version_get(operator, int(number) if number and number.isdigit() else None)
+    number = request.GET.get("v", "")
+    chosen = int(number) if number.isascii() and number.isdigit() else None  # not "²"
+    version = selectors.version_get(operator, chosen)
     context = operator_context(version, membership)
     return render(request, "operators/operator_detail.html", context)
 

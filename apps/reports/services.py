@@ -53,6 +53,12 @@ def team_session(team: Team, session_id: Any) -> OptimizationSession:
     return session
 
 
+def named_session(team: Team, params: dict[str, Any], name: str) -> OptimizationSession:
+    if params.get(name) is None:
+        raise DomainError(f"{name!r} is missing: the id of one of the team's sessions")
+    return team_session(team, params[name])
+
+
 def as_id(value: Any) -> int:
     try:
         return int(value)
@@ -70,9 +76,9 @@ def export_size(team: Team, kind: str, params: dict[str, Any]) -> int:
 
 def checked_params(team: Team, kind: str, params: dict[str, Any]) -> dict[str, Any]:
     if kind == KIND.SESSION:
-        return {"session": team_session(team, params.get("session")).pk}
+        return {"session": named_session(team, params, "session").pk}
     if kind == KIND.COMPARISON:
-        a, b = team_session(team, params.get("a")), team_session(team, params.get("b"))
+        a, b = named_session(team, params, "a"), named_session(team, params, "b")
         if a.pk == b.pk:
             raise DomainError("pick two different sessions to compare")
         return {"a": a.pk, "b": b.pk}

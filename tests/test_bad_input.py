@@ -1,0 +1,130 @@
+"""Bad input to the API and the pages: each is a 4xx that says what was wrong and where, never
+a 500, and a refused request leaves nothing behind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import ApiToken, Team
+from apps.accounts.roles import Role
+from apps.operators.models import OperatorVersion
+from apps.reports.models import Export
+from apps.runs.services import session_create
+from tests.factories import stored_builtin
+
+
+@pytest.fixture
+def admin(team: Team, client_for: Callable[[Role | str], Client]) -> Client:
+    return client_for(Role.ADMIN)
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", "/api/teams/kernels%00"),
+        ("get", "/api/teams/kernels/operators/relu%00"),
+        ("get", "/api/teams/kernels/suites/%00"),
+        ("put", "/api/teams/kernels/members/ann%00"),
+        ("delete", "/api/teams/kernels/members/ann%00"),
+    ],
+)
+def test_the_api_refuses_a_nul_character_in_the_url_path(
+    admin: Client, method: str, url: str
+) -> None:
+    answer = getattr(admin, method)(url, {"role": "viewer"}, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "code": "invalid",
+        "message": "path holds a NUL character, which cannot be stored",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "message"),
+    [
+        ("get", "/t/kernels/knowledge/documents/doc%00/", "path"),
+        ("post", "/accounts/teams/kernels/members/ann%00/remove/", "path"),
+        ("get", "/t/kernels/forest/?operator=relu%00", "query.operator"),
+        ("get", "/t/kernels/knowledge/?target=cpu%00", "query.target"),
+    ],
+)
+def test_a_page_refuses_a_nul_character_in_the_url(
+    admin: Client, method: str, url: str, message: str
+) -> None:
+    answer = getattr(admin, method)(url)
+    assert answer.status_code == 400
+    assert answer.content.decode() == f"{message} holds a NUL character, which cannot be stored"
+
+
+@pytest.mark.parametrize("number", ["\u00b2", "\u0663"])  # superscript two, Arabic-Indic three
+def test_the_operator_page_shows_the_newest_version_for_a_version_that_is_not_a_number(
+    team: Team, admin: Client, number: str
+) -> None:
+    stored_builtin("relu", team)
+    answer = admin.get(f"/t/kernels/operators/relu/?v={number}")
+    assert answer.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"name": "ci"', "The body is not valid JSON: Expecting ',' delimiter: line 1 column 14"),
+        (b'{"name": "\xff"}', "The body is not valid JSON: it is not UTF-8 text"),
+        ("name=ci", "The body is not valid JSON: Expecting value: line 1 column 1"),
+        ('["ci"]', "The body must be a JSON object, not an array"),
+        ("null", "The body must be a JSON object, not null"),
+        ('{"name": "ci", "name": "cd"}', "body holds the key 'name' twice"),
+    ],
+)
+def test_a_body_that_is_not_one_json_object_is_refused_saying_why(
+    admin: Client, body: str | bytes, message: str
+) -> None:
+    answer = admin.post("/api/tokens", body, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].startswith(message)
+    assert not ApiToken.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "missing"),
+    [
+        ({"kind": "session", "format": "json"}, "session"),
+        ({"kind": "comparison", "format": "json", "a": "SESSION"}, "b"),
+        ({"kind": "comparison", "format": "json", "b": "SESSION"}, "a"),
+    ],
+)
+def test_an_export_without_its_session_names_the_missing_field(
+    team: Team, admin: Client, body: dict[str, object], missing: str
+) -> None:
+    stored_builtin("relu", team)
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    body = {k: session.pk if v == "SESSION" else v for k, v in body.items()}
+    answer = admin.post("/api/teams/kernels/exports", body, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == (
+        f"'{missing}' is missing: the id of one of the team's sessions"
+    )
+    assert not Export.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_operator_edit_refuses_an_empty_name(team: Team, admin: Client, name: str) -> None:
+    stored_builtin("relu", team)
+    answer = admin.patch(
+        "/api/teams/kernels/operators/relu", {"name": name}, content_type="application/json"
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == "the name cannot be empty"
+    assert OperatorVersion.objects.count() == 1
+
+
+def test_a_body_nested_too_deeply_is_refused_saying_so(admin: Client) -> None:
+    answer = admin.post("/api/tokens", "[" * 100_000, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "code": "http_400",  # as ninja's own "Cannot parse request body" was
+        "message": "The body is not valid JSON: it is nested too deeply",
+    }
