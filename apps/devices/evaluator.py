@@ -449,7 +449,7 @@ def kill_group(child: subprocess.Popen[bytes]) -> None:
 def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
     lines, others = scan_log(log)
     done = [line.split() for line in lines if line.startswith("done ") and len(line.split()) == 3]
-    finished = {parts[1]: int(parts[2]) for parts in done if parts[2].lstrip("-").isdigit()}
+    finished = {parts[1]: int(parts[2]) for parts in done if parts[2].lstrip("-").isdecimal()}
     started = [
         line.split()[1] for line in lines if line.startswith("start ") and len(line.split()) == 2
     ]

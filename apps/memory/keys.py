@@ -23,4 +23,4 @@ def rule_id_of(key: str) -> int:
 def id_in_key(key: str, kind: str) -> int | None:
     """The primary key a "kind:N" key names; None for a key of another kind or no number."""
     prefix, _, number = key.partition(":")
-    return int(number) if prefix == kind and number.isdigit() else None
+    return int(number) if prefix == kind and number.isdecimal() else None

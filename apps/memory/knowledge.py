@@ -160,7 +160,7 @@ class Result:
     @property
     def number(self) -> int | None:
         suffix = self.key.partition(":")[2]
-        return int(suffix) if suffix.isdigit() else None
+        return int(suffix) if suffix.isdecimal() else None
 
 
 def keys_of(queryset: QuerySet[Any], prefix: str) -> QuerySet[Any]:

@@ -688,7 +688,9 @@ def test_errors_say_what_and_where() -> None:
         apply(make("omp_simd", loop="L9"), naive("relu"))
     with pytest.raises(TransformError, match="factor"):
         apply(make("unroll", loop="L0", factor=3), naive("relu"))
-    for junk in ("nonsense(", "nonsense()", "unroll(loop=L0", "unroll(color=red)", "tile(size=)"):
+    junk_labels = ("nonsense(", "nonsense()", "unroll(loop=L0", "unroll(color=red)", "tile(size=)",
+                   "unroll(loop=L0, factor=²)")  # "²".isdigit(), and int("²") raises  # fmt: skip
+    for junk in junk_labels:
         with pytest.raises(TransformError):
             strategy_from_label(junk)
 

@@ -621,7 +621,7 @@ def underdelivered(case: Case, start: Case) -> bool:
 def followed_case_id(label: str) -> int:
     """N for `replay(case=N): ...`; 0 (no case) for a label that does not say."""
     case = label_params(head_of(label)).get("case", "")
-    return int(case) if case.isdigit() else 0
+    return int(case) if case.isdecimal() else 0
 
 
 def made_with(base: Candidate, steps: list[str], kept: set[int],
@@ -923,7 +923,7 @@ def param_preference(label: str) -> float:
 def loop_number(loop: str) -> int:
     """Loops are numbered in source order, so an outer loop comes before the loops inside it:
     parallel outermost first, one fork and join per call rather than one per outer iteration."""
-    return int(loop[1:]) if loop[1:].isdigit() else 0
+    return int(loop[1:]) if loop[1:].isdecimal() else 0
 
 
 Score = tuple[float, float, float]

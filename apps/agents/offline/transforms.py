@@ -249,7 +249,7 @@ def strategy_from_label(label: str) -> Strategy:
         key, equals, value = (piece.strip() for piece in item.partition("="))
         if not equals or key not in _PARAMETERS[name] or key in params:
             raise TransformError(f"not a strategy label: {label!r} (parameter {item!r})")
-        if not value.replace("_", "").isalnum():
+        if not (value.isascii() and value.replace("_", "").isalnum()):
             raise TransformError(f"not a strategy label: {label!r} (value {value!r})")
         params[key] = int(value) if value.isdigit() else value
     return Strategy(name, tuple(params.items()))
