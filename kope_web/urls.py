@@ -8,6 +8,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from kope_web.api import api
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
+handler404 = "apps.core.views.not_found"
 handler500 = "apps.core.views.server_error"
 
 

@@ -12,6 +12,7 @@ from apps.accounts.models import ApiToken, Team
 from apps.accounts.roles import Role
 from apps.operators.models import OperatorVersion
 from apps.reports.models import Export
+from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
 
@@ -128,3 +129,37 @@ def test_a_body_nested_too_deeply_is_refused_saying_so(admin: Client) -> None:
         "code": "http_400",  # as ninja's own "Cannot parse request body" was
         "message": "The body is not valid JSON: it is nested too deeply",
     }
+
+
+@pytest.mark.parametrize("client_kind", ["member", "anonymous"])
+def test_an_unknown_api_url_answers_in_the_api_error_format(
+    admin: Client, client_kind: str
+) -> None:
+    """It used to answer with the HTML 404 page."""
+    client = admin if client_kind == "member" else Client()
+    answer = client.get("/api/teams/kernels/nope")
+    assert answer.status_code == 404
+    assert answer.json()["error"] == {
+        "code": "not_found",
+        "message": "No API endpoint at /api/teams/kernels/nope; /api/docs lists them.",
+    }
+    assert "text/html" in admin.get("/t/kernels/nope/").headers["Content-Type"]
+
+
+@pytest.mark.parametrize(
+    ("kernels", "message"),
+    [
+        ({"relu": "  \n"}, "starting kernels that are empty: 'relu'"),
+        ({"": "int x;"}, "starting kernels for operators not in the session: ''"),
+    ],
+)
+def test_a_session_refuses_an_empty_or_unnamed_starting_kernel(
+    team: Team, admin: Client, kernels: dict[str, str], message: str
+) -> None:
+    """An empty kernel was taken as no upload; an unnamed one was named by an empty string."""
+    stored_builtin("relu", team)
+    body = {"operators": ["relu"], "starting_kernels": kernels}
+    answer = admin.post("/api/teams/kernels/sessions", body, content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == message
+    assert not OptimizationSession.objects.exists()

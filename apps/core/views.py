@@ -8,6 +8,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views.decorators.csrf import requires_csrf_token
+from django.views.defaults import page_not_found
 
 RETRY_AFTER_S = 5
 
@@ -15,6 +16,14 @@ RETRY_AFTER_S = 5
 def database_unreachable(error: BaseException | None) -> bool:
     """A lost or refused database connection (not a bad query, which is a plain 500)."""
     return isinstance(error, OperationalError | InterfaceError)
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Under /api/, an answer in the API's error format rather than the HTML page."""
+    if request.path.startswith("/api/"):
+        message = f"No API endpoint at {request.path}; /api/docs lists them."
+        return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+    return page_not_found(request, exception)
 
 
 @requires_csrf_token

@@ -106,10 +106,7 @@ def team_session(request: HttpRequest, slug: str, session_id: int) -> Optimizati
 @router.post("/teams/{slug}/sessions", response={201: SessionOut})
 def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
     team = membership_for(request.user, slug, Permission.RUN).team
-    too_big = [k for k, v in payload.starting_kernels.items() if len(v) > MAX_UPLOAD_CHARS]
-    if too_big:
-        raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
-                          f"{', '.join(too_big)}")  # fmt: skip
+    check_starting_kernels(payload.starting_kernels)
     given = payload.budgets.dict(exclude_none=True) if payload.budgets else {}
     budgets = replace(default_budgets(), **given)
     measurement = Measurement(**payload.measurement.dict()) if payload.measurement else None
@@ -120,6 +117,16 @@ def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
         measurement=measurement, uploads=payload.starting_kernels, label=payload.label,
     )  # fmt: skip
     return Status(201, session_out(session))
+
+
+def check_starting_kernels(kernels: dict[str, str]) -> None:
+    too_big = [k for k, v in kernels.items() if len(v) > MAX_UPLOAD_CHARS]
+    if too_big:
+        raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
+                          f"{', '.join(too_big)}")  # fmt: skip
+    empty = [k for k, v in kernels.items() if not v.strip()]
+    if empty:
+        raise DomainError(f"starting kernels that are empty: {', '.join(map(repr, empty))}")
 
 
 @router.get("/teams/{slug}/sessions", response=list[SessionOut])

@@ -32,7 +32,7 @@ def operator_entries(team: Team, slugs: list[str], uploads: dict[str, str]) -> l
     unknown_uploads = set(uploads) - set(slugs)
     if unknown_uploads:
         raise DomainError(f"starting kernels for operators not in the session: "
-                          f"{', '.join(sorted(unknown_uploads))}")  # fmt: skip
+                          f"{', '.join(map(repr, sorted(unknown_uploads)))}")  # fmt: skip
     entries = []
     for slug in dict.fromkeys(slugs):
         version = version_get(operator_get(team, slug))
