@@ -12,6 +12,7 @@ from apps.accounts.models import Membership
 from apps.core.events import team_group
 
 CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]
@@ -44,3 +45,11 @@ class TeamEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def worker_alive(self, message: dict[str, Any]) -> None:
         html = render_to_string("workbench/workers.html#answer", {"answer": message["payload"]})
         await self.send(text_data=html)
+
+
+class NoSuchSocket(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Any other websocket path: refused with 4404, not Channels' "No route found" traceback
+    in the server's log."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)
