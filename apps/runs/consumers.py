@@ -26,6 +26,7 @@ from apps.runs.models import OptimizationSession
 
 CLOSE_FORBIDDEN = 4403
 BATCH = 500
+MAX_SEQ = 2**63 - 1  # the journal's seq is a bigint
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]
@@ -47,9 +48,15 @@ def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
 
 
 def requested_after(query_string: bytes) -> int:
+    """The client's last seq; a value that is not one a journal can hold reads as 0 (the
+    client drops what it already has)."""
     values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
     text = values[0]
-    return int(text) if text.isascii() and text.isdigit() else 0
+    # the length check first: int() raises on a string of thousands of digits
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_SEQ)):
+        return 0
+    seq = int(text)
+    return seq if seq <= MAX_SEQ else 0
 
 
 class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

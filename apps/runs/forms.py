@@ -35,6 +35,8 @@ class LaunchForm(forms.Form):
 
     def clean(self) -> dict[str, object]:
         data = super().clean() or {}
+        if "operators" not in data or "suite" not in data:
+            return data  # an unknown choice has its own error; "pick one" would mislead
         if bool(data.get("operators")) == bool(data.get("suite")):
             raise forms.ValidationError("Pick operators or a suite (one of the two).")
         return data
