@@ -71,10 +71,20 @@ def checked_folder(path: str, *, restrict: bool) -> Path:
             )
         if not root.is_dir():
             raise ImportRequestError(f"{path[:200]} is not a folder on this server")
+        if not is_utf8(str(root)):  # the run keeps its path as PostgreSQL text
+            raise ImportRequestError(f"{path[:200]!r} is not a usable path: it is not UTF-8")
     except (OSError, ValueError) as error:  # a name too long, a NUL byte
         reason = getattr(error, "strerror", None) or str(error)
         raise ImportRequestError(f"{path[:200]!r} is not a usable path: {reason}") from None
     return root
+
+
+def is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a name's bytes that are not UTF-8, kept as surrogates
+        return False
+    return True
 
 
 def import_start(

@@ -162,6 +162,9 @@ def _header_problems(spec: OperatorSpec) -> list[str]:
     for attribute in spec.attributes:
         if attribute.type not in ATTRIBUTE_TYPES:
             problems.append(f"attribute {attribute.name!r} has unknown type {attribute.type!r}")
+        if not _is_number(attribute.default):
+            problems.append(f"attribute {attribute.name!r} default {attribute.default!r} "
+                            "is not a finite number")  # fmt: skip
     return problems
 
 
@@ -197,7 +200,40 @@ def _case_problems(spec: OperatorSpec) -> list[str]:
             )
         if case.dtype not in DTYPES:
             problems.append(f"case {case.case_id!r} has unknown dtype {case.dtype!r}")
+        problems += _case_value_problems(spec, case, symbols)
     return problems
+
+
+def _case_value_problems(spec: OperatorSpec, case: CaseSpec, symbols: set[str]) -> list[str]:
+    """Values a run could not use (a size that is text) or PostgreSQL could not store (nan)."""
+    problems = []
+    attributes = {a.name for a in spec.attributes}
+    for name, value in case.params.items():
+        if name in symbols and (type(value) is not int or value < 0):
+            problems.append(f"case {case.case_id!r}: {name} = {value!r} is not a size "
+                            "(a whole number, 0 or more)")  # fmt: skip
+        elif name in attributes and not _is_number(value):
+            problems.append(f"case {case.case_id!r}: attribute {name} = {value!r} "
+                            "is not a finite number")  # fmt: skip
+        elif not _storable(value):
+            problems.append(f"case {case.case_id!r}: {name} = {value!r} is not a finite "
+                            "number, text, true/false, or a list or table of those")  # fmt: skip
+    return problems
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float, bool) and math.isfinite(value)
+
+
+def _storable(value: Any) -> bool:
+    """What a case's parameters may hold: JSON without NaN, Infinity or NUL (no TOML dates)."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_storable(item) for item in value)
+    if isinstance(value, dict):
+        return all(_storable(key) and _storable(item) for key, item in value.items())
+    return _is_number(value)
 
 
 def spec_from_json(raw: dict[str, Any]) -> OperatorSpec:

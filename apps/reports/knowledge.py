@@ -17,6 +17,8 @@ The file format (JSON, `format` "kope-knowledge-base", `version` 1):
 from __future__ import annotations
 
 import json
+import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,8 @@ FORMAT = "kope-knowledge-base"
 VERSION = 1
 IMPORTED_STATUSES = {Rule.Status.APPROVED, Rule.Status.PENDING, Rule.Status.CANDIDATE}
 MAX_RULES = 5000
+# Far below what Python's recursion limit lets later exports of the imported rules walk.
+MAX_DEPTH = 100
 
 
 class ImportFileError(DomainError):
@@ -140,6 +144,11 @@ def parse_knowledge_file(raw: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise ImportFileError(f"the file is not JSON: {error.msg} at line {error.lineno}, "
                               f"column {error.colno}") from error  # fmt: skip
+    except ValueError as error:  # an integer over Python's digit limit
+        raise ImportFileError(f"the file is not JSON this server reads: a number has over "
+                              f"{sys.get_int_max_str_digits()} digits") from error  # fmt: skip
+    except RecursionError:
+        raise ImportFileError("the file is not JSON this server reads: nested too deeply") from None
     _require(isinstance(data, dict), "the file", "must be a JSON object")
     _require(
         data.get("format") == FORMAT,
@@ -154,7 +163,25 @@ def parse_knowledge_file(raw: bytes) -> dict[str, Any]:
     rules = data.get("rules")
     _require(isinstance(rules, list), "rules", "must be a list")
     _require(len(rules) <= MAX_RULES, "rules", f"holds {len(rules)}; at most {MAX_RULES}")
+    _check_storable(team, "team")
+    _check_storable(rules, "rules")
     return data  # type: ignore[no-any-return]
+
+
+def _check_storable(value: Any, where: str, depth: int = 1) -> None:
+    """What is imported is kept as PostgreSQL text and JSON: no NUL, no NaN or Infinity."""
+    _require(depth <= MAX_DEPTH, where, f"nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        _require("\x00" not in value, where, "holds a NUL character")
+    elif isinstance(value, float):
+        _require(math.isfinite(value), where, f"{json.dumps(value)} cannot be stored")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_storable(item, f"{where}[{index}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _require("\x00" not in key, where, "a key holds a NUL character")
+            _check_storable(item, f"{where}.{key}", depth + 1)
 
 
 def imported_rule(entry: Any, index: int, team: dict[str, Any]) -> ImportedRule | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +28,26 @@ class FoundProblem:
     sort_key: tuple[int, int, str] = (0, 0, "")
 
 
+def label_of(path: Path, *, root: Path) -> str:
+    """The path relative to the import folder, bytes of a name that are not UTF-8 as \\xNN."""
+    return os.fsencode(path.relative_to(root)).decode("utf-8", errors="backslashreplace")
+
+
+def require_utf8_name(path: Path, *, root: Path) -> None:
+    """PostgreSQL stores only UTF-8 text, and the name goes into the report and the operator."""
+    label = label_of(path, root=root)
+    if label != str(path.relative_to(root)):
+        raise ProblemError(f"{label}: the name is not UTF-8")
+
+
 def read_text(path: Path, *, root: Path) -> str:
     """A file's text, refused when it is too large, not UTF-8 or holds a NUL byte."""
     where = path.relative_to(root)
     try:
-        size = path.stat().st_size
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):  # a FIFO blocks, a device never ends
+            raise ProblemError(f"{where}: not a regular file")
+        size = status.st_size
         if size > settings.KOPE_IMPORT_MAX_FILE_BYTES:
             raise ProblemError(
                 f"{where}: {size} bytes is over the limit of "

@@ -15,9 +15,11 @@ from apps.operators.importers.common import (
     FoundProblem,
     ProblemError,
     family_from_names,
+    label_of,
     leading_number,
     level_from_path,
     read_text,
+    require_utf8_name,
     slug_from_name,
 )
 from apps.operators.scaling import scaled_size
@@ -33,10 +35,11 @@ def discover(root: Path, *, scale: float) -> list[FoundProblem]:
 
 
 def found_problem(path: Path, *, root: Path, scale: float) -> FoundProblem:
-    label = str(path.relative_to(root))
+    label = label_of(path, root=root)
     level = level_from_path(path.parent) or 1  # the nearest levelN folder, even above root
     sort_key = (level, leading_number(path.stem), label)
     try:
+        require_utf8_name(path, root=root)
         source = read_text(path, root=root)
         tree = parse(source, label)
         missing = missing_definitions(tree)

@@ -24,8 +24,10 @@ from apps.operators.importers.common import (
     FoundProblem,
     ProblemError,
     family_from_names,
+    label_of,
     level_from_path,
     read_text,
+    require_utf8_name,
     slug_from_name,
 )
 from apps.operators.spec import DTYPES, CaseSpec, OperatorSpec
@@ -42,10 +44,11 @@ def discover(root: Path) -> list[FoundProblem]:
 
 
 def found_problem(folder: Path, *, root: Path) -> FoundProblem:
-    label = str(folder.relative_to(root))
+    label = label_of(folder, root=root)
     level = level_from_path(folder) or 1  # the nearest levelN folder, even above root
     sort_key = (level, 0, label)
     try:
+        require_utf8_name(folder, root=root)
         definition = problem_definition(folder, root=root, level=level)
     except ProblemError as error:
         return FoundProblem(label, failure=str(error), sort_key=sort_key)
