@@ -98,16 +98,22 @@ def test_a_fifo_named_like_a_problem_fails_it_instead_of_blocking_the_import(
     assert found[0].failure == "level1/1_Pipe.py: not a regular file"
 
 
-def test_a_link_to_a_device_fails_its_problem_without_reading_it(tmp_path: Path) -> None:
-    """/dev/zero passed the size check (a device's size is 0) and was read until memory ran
-    out; /dev/null, as harmless to read, stands in for it here."""
-    link = tmp_path / "level1" / "1_Null.py"
-    link.parent.mkdir()
-    link.symlink_to("/dev/null")
+@pytest.mark.parametrize("target", ["file", "/dev/null"])
+def test_a_link_to_a_file_outside_the_folder_is_not_read(tmp_path: Path, target: str) -> None:
+    """A link inside an import root to a file outside it got round KOPE_IMPORT_ROOTS, and one
+    to /dev/zero (a device's size is 0, under any limit) was read until memory ran out;
+    /dev/null, as harmless to read, stands in for it."""
+    outside = tmp_path / "outside.py"
+    outside.write_text(Path("apps/operators/builtin/relu/reference.py").read_text())
+    root = tmp_path / "root"
+    link = root / "level1" / "1_Elsewhere.py"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside if target == "file" else Path(target))
 
-    found = kernelbench.found_problem(link, root=tmp_path, scale=1.0)
+    found = kernelbench.found_problem(link, root=root, scale=1.0)
 
-    assert found.failure == "level1/1_Null.py: not a regular file"
+    reason = "a link to a file outside the folder being imported"
+    assert found.failure == f"level1/1_Elsewhere.py: {reason}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,9 +41,12 @@ def require_utf8_name(path: Path, *, root: Path) -> None:
 
 
 def read_text(path: Path, *, root: Path) -> str:
-    """A file's text, refused when it is too large, not UTF-8 or holds a NUL byte."""
+    """A file's text, refused when it lies outside `root` (through a link), is too large, not
+    UTF-8 or holds a NUL byte."""
     where = path.relative_to(root)
     try:
+        if not path.resolve().is_relative_to(root.resolve()):  # KOPE_IMPORT_ROOTS hold
+            raise ProblemError(f"{where}: a link to a file outside the folder being imported")
         status = path.stat()
         if not stat.S_ISREG(status.st_mode):  # a FIFO blocks, a device never ends
             raise ProblemError(f"{where}: not a regular file")
