@@ -69,10 +69,7 @@ def session_create(
 ) -> OptimizationSession:
     if user is not None:
         membership_for(user, team.slug, Permission.RUN)
-    target_get(target)
-    if policy == "claude" and not settings.ANTHROPIC_API_KEY:
-        raise DomainError("the Claude policy needs ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY_FILE) "
-                          "set for the workbench; the offline policy needs nothing")  # fmt: skip
+    require_runnable_here(target, policy)
     if bool(operators) == bool(suite):
         raise DomainError("name either operators or a suite")
     suite_info = None
@@ -87,6 +84,13 @@ def session_create(
     )  # fmt: skip
     config.check()
     return session_from_config(team, user, config, label=label, start=start)
+
+
+def require_runnable_here(target: str, policy: str) -> None:
+    target_get(target)
+    if policy == "claude" and not settings.ANTHROPIC_API_KEY:
+        raise DomainError("the Claude policy needs ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY_FILE) "
+                          "set for the workbench; the offline policy needs nothing")  # fmt: skip
 
 
 def default_model() -> str:
@@ -186,6 +190,7 @@ def session_rerun(*, session: OptimizationSession, user: AnyUser | None) -> Opti
     if user is not None:
         membership_for(user, session.team.slug, Permission.RUN)
     config = replace(SessionConfig.from_json(session.config), code_version=code_version())
+    require_runnable_here(config.target, config.policy)  # the key may have gone since
     return session_from_config(session.team, user, config, label=f"re-run of {session}",
                                rerun_of=session)  # fmt: skip
 

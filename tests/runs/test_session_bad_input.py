@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -13,10 +14,11 @@ from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.core.errors import DomainError
 from apps.memory.journal import journal_append
 from apps.runs.consumers import SessionEventsConsumer
 from apps.runs.models import OptimizationSession
-from apps.runs.services import session_create
+from apps.runs.services import session_create, session_rerun
 from tests.factories import MembershipFactory, stored_builtin
 
 LAUNCH = {"policy": "offline", "memory_mode": "off", "rounds": "4", "plateau": "2",
@@ -65,3 +67,15 @@ def test_the_launch_form_names_only_the_unknown_choice(
     assert "no-such-" in errors[field][0]
     assert "(one of the two)" not in response.content.decode()
     assert not OptimizationSession.objects.exists()
+
+
+def test_a_claude_session_is_not_rerun_once_the_api_key_is_gone(team: Team, settings: Any) -> None:
+    """The re-run used to be created anyway, a session that could only fail later."""
+    stored_builtin("relu")
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    session = session_create(team=team, user=None, operators=["relu"], policy="claude",
+                             start=False)  # fmt: skip
+    settings.ANTHROPIC_API_KEY = ""
+    with pytest.raises(DomainError, match="the Claude policy needs ANTHROPIC_API_KEY"):
+        session_rerun(session=session, user=None)
+    assert OptimizationSession.objects.count() == 1
