@@ -111,7 +111,7 @@ def spec_from_dict(raw: dict[str, Any]) -> OperatorSpec:
         slug=str(raw["slug"]),
         name=str(raw["name"]),
         family=str(raw["family"]),
-        level=int(raw["level"]),
+        level=_whole(raw["level"], "level"),
         description=str(raw["description"]).strip(),
         inputs=[_tensor(t) for t in raw["inputs"]],
         outputs=[_tensor(t) for t in raw["outputs"]],
@@ -119,8 +119,15 @@ def spec_from_dict(raw: dict[str, Any]) -> OperatorSpec:
         cases=[_case(c) for c in raw["cases"]],
         max_abs=float(tolerance.get("max_abs", DEFAULT_TOLERANCE)),
         max_rel=float(tolerance.get("max_rel", DEFAULT_TOLERANCE)),
-        order=int(raw.get("order", 0)),
+        order=_whole(raw.get("order", 0), "order"),
     )
+
+
+def _whole(value: Any, what: str) -> int:
+    """int(), but a float, text or true/false is an error rather than turned into a number."""
+    if type(value) is not int:
+        raise ValueError(f"{what} = {value!r} is not a whole number")
+    return value
 
 
 def _tensor(raw: dict[str, Any]) -> TensorSpec:
@@ -133,11 +140,14 @@ def _attribute(raw: dict[str, Any]) -> AttributeSpec:
 
 
 def _case(raw: dict[str, Any]) -> CaseSpec:
+    timing = raw.get("timing", False)
+    if type(timing) is not bool:  # bool("no") is True
+        raise ValueError(f"case {raw.get('id')!r}: timing = {timing!r} is not true or false")
     return CaseSpec(
         case_id=str(raw["id"]),
         params=dict(raw.get("params", {})),
         dtype=str(raw.get("dtype", "float32")),
-        timing=bool(raw.get("timing", False)),
+        timing=timing,
     )
 
 

@@ -137,6 +137,9 @@ def test_a_link_to_a_file_outside_the_folder_is_not_read(tmp_path: Path, target:
          "case 'small': note = datetime.datetime(1979, 5, 27, 7, 32) is not a finite number, text"),
         ("cols = 5,", 'cols = 5, note = ["\\u0000"],',
          "case 'small': note = ['\\x00'] is not a finite number, text"),
+        ("level = 1", "level = 1.9", "level = 1.9 is not a whole number"),
+        ("level = 1", 'level = "2"', "level = '2' is not a whole number"),
+        ("timing = true", 'timing = "no"', "case 'big': timing = 'no' is not true or false"),
     ],
 )  # fmt: skip
 def test_an_operator_toml_value_a_run_could_not_use_is_a_spec_error(
