@@ -239,4 +239,17 @@ def imported_evidence(entry: dict[str, Any], shown: dict[str, Any],
 def imported_rules(data: dict[str, Any]) -> list[ImportedRule]:
     """Every rule checked before any is written; the first problem is the error."""
     found = [imported_rule(entry, i, data["team"]) for i, entry in enumerate(data["rules"])]
+    require_distinct_ids(data["rules"])
     return [rule for rule in found if rule is not None]
+
+
+def require_distinct_ids(rules: list[dict[str, Any]]) -> None:
+    """Two rules with one id would share one key: the second would be dropped as imported."""
+    first_at: dict[int, int] = {}
+    for index, entry in enumerate(rules):
+        rule_id = entry.get("id")
+        if not isinstance(rule_id, int):
+            continue
+        _require(rule_id not in first_at, f"rules[{index}].id",
+                 f"{rule_id} is also rules[{first_at.get(rule_id)}].id")  # fmt: skip
+        first_at[rule_id] = index

@@ -218,3 +218,13 @@ def test_a_knowledge_file_nested_too_deeply_to_export_again_is_refused(other_tea
 
     deepest = "rules[1].versions[0].evidence.deep" + "[0]" * 95
     assert reason == f"kb.json: {deepest}: nested more than 100 levels deep"
+
+
+def test_a_knowledge_file_with_two_rules_of_one_id_is_refused(other_team: Team) -> None:
+    """The second shared the first's key and was dropped as "already imported"."""
+    data = json.loads(knowledge_file())
+    data["rules"][1]["id"] = 1
+
+    reason = refused(other_team, json.dumps(data).encode())
+
+    assert reason == "kb.json: rules[1].id: 1 is also rules[0].id"
