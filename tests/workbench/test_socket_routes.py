@@ -16,7 +16,9 @@ from apps.workbench.routing import websocket_urlpatterns
     ["/ws/nope/", "/elsewhere/", "/ws/sessions/x/", f"/ws/sessions/{'9' * 5000}/"],
     ids=["unknown", "outside-ws", "not-a-number", "5000-digits"],
 )
-def test_a_socket_path_nothing_serves_is_refused_with_4404(path: str) -> None:
+def test_a_socket_path_nothing_serves_is_refused_with_4404(
+    transactional_db: None, path: str
+) -> None:
     async def attempt() -> tuple[bool, int | None]:
         socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
         connected, code = await socket.connect(timeout=10)  # a cold first start is slow

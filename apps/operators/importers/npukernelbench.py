@@ -108,6 +108,8 @@ def require_definitions(source: str, name: str, *, where: Path, root: Path, kind
 
 
 def parse_test_cases(text: str, *, where: str) -> list[CaseSpec]:
+    if "\x00" in text:  # csv reads it as text since Python 3.11; PostgreSQL cannot store it
+        raise ProblemError(f"{where}: holds a NUL character (character {text.index(chr(0))})")
     try:
         rows = list(csv.reader(io.StringIO(text), delimiter=";"))
     except csv.Error as error:  # a field over csv's 128 KiB limit, a NUL byte
