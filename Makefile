@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # Elsewhere, TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' picks the CPU wheel.
 TORCH_PIP_ARGS ?=
 
-.PHONY: run test lint typecheck pytest install browser clean load
+.PHONY: run test lint typecheck pytest install upgrade-deps browser clean load
 
 run:
 	@export KOPE_STARTED_AT=$$(date +%s.%N); \
@@ -18,11 +18,23 @@ test: install browser lint typecheck pytest
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every dependency at the versions the suite last passed with, so a
+# release upstream cannot change a fresh install; `make upgrade-deps` moves the pins on.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -c constraints.txt
+	@touch $(STAMP)
+
+# The newest releases pyproject.toml allows, written back to constraints.txt (PyTorch stays
+# at TORCH_VERSION). Run `make test` after it before committing the new pins.
+upgrade-deps: install
+	@# Held at TORCH_VERSION: the eager upgrade would otherwise bring the newest, CUDA, build.
+	echo "torch==$(TORCH_VERSION)" > $(VENV)/torch-pin.txt
+	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]' \
+	  -c $(VENV)/torch-pin.txt
+	$(PY) -m pip freeze --exclude-editable | grep -v '^torch==' > constraints.txt
 	@touch $(STAMP)
 
 # Debian's Chromium for the Playwright tests (never `playwright install`: it downloads),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -11,12 +12,14 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
 from ninja.parser import Parser
 from ninja.types import DictStrAny
 
 from apps.accounts.api import router as accounts_router
 from apps.core.api_auth import API_AUTH
 from apps.core.errors import DomainError
+from apps.core.idempotency import claim_or_replay, document_header, keep_answer
 from apps.devices.api import router as devices_router
 from apps.memory.api import router as memory_router
 from apps.memory.cases_api import router as cases_router
@@ -65,6 +68,8 @@ def json_object(body: bytes) -> DictStrAny:
         reason = "it is not UTF-8 text"
     except json.JSONDecodeError as error:
         reason = str(error)
+    except ValueError:  # an integer over Python's digit limit
+        reason = f"a number has over {sys.get_int_max_str_digits()} digits"
     except RecursionError:
         reason = "it is nested too deeply"
     else:
@@ -91,13 +96,24 @@ def refuse_nul(parsed: DictStrAny, where: str) -> DictStrAny:
     return parsed
 
 
-api = NinjaAPI(
+class WorkbenchAPI(NinjaAPI):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: DictStrAny | None = None
+    ) -> OpenAPISchema:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        document_header(schema)
+        return schema
+
+
+api = WorkbenchAPI(
     title="KOPE Workbench API",
     version="1",
     urls_namespace="api",
     auth=API_AUTH,
     parser=NulRefusingParser(),
 )
+api.add_decorator(claim_or_replay, mode="operation")
+api.add_decorator(keep_answer, mode="view")
 api.add_router("/", accounts_router)
 api.add_router("/", devices_router)
 api.add_router("/", operators_router)

@@ -56,6 +56,21 @@ def env_float(name: str, default: float, *, minimum: float, maximum: float) -> f
     return value
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(name: str, default: str) -> str:
+    """One of LOG_LEVELS, in any case (logging itself takes only upper case)."""
+    raw = env_str(name)
+    if not raw:
+        return default
+    if raw.upper() not in LOG_LEVELS:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a log level; use one of {', '.join(LOG_LEVELS)}."
+        )
+    return raw.upper()
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = env_str(name)
     if not raw:

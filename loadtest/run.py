@@ -11,8 +11,8 @@ summary: latency percentiles per request, errors, event delivery delay, whether 
 met, and where the CPU and the database connections went. It exits non-zero only when the
 harness itself fails, not when an aim is missed.
 
-The workers run apart because an agent task waits for its evaluation: one worker with two
-processes on both queues (what `make run` starts) stalls once two sessions run at once.
+The workers run apart, as `make run` starts them, because an agent task waits for its
+evaluation: one worker with two processes on both queues stalls once two sessions run at once.
 """
 
 from __future__ import annotations

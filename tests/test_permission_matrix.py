@@ -48,12 +48,13 @@ class Endpoint:
 
 
 EDIT = {"name": "Prefix sum", "description": "y[i] = x[0] + ... + x[i]", "max_abs": "0.002",
-        "max_rel": "0.001"}  # fmt: skip
+        "max_rel": "0.001", "based_on": "1"}  # fmt: skip
 # Another team's knowledge-base export, with no rules: the smallest file an import takes.
 KNOWLEDGE_FILE = json.dumps({"format": KB_FORMAT, "version": KB_VERSION,
                              "team": {"slug": "elsewhere", "name": "Elsewhere"},
                              "rules": []}).encode()  # fmt: skip
-IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}
+IMPORT = {"path": str(SAMPLES / "npukernelbench" / "level2"), "scale": "1"}  # a form's fields
+API_IMPORT = {**IMPORT, "scale": 1}
 
 
 PAGES = [
@@ -149,7 +150,7 @@ API = [
     ),
     Endpoint("api:list_suites", "get", "/api/teams/{team}/suites", Permission.VIEW),
     Endpoint("api:get_suite", "get", "/api/teams/{team}/suites/pair", Permission.VIEW),
-    Endpoint("api:create_import", "post", "/api/teams/{team}/imports", Permission.RUN, IMPORT),
+    Endpoint("api:create_import", "post", "/api/teams/{team}/imports", Permission.RUN, API_IMPORT),
     Endpoint("api:list_imports", "get", "/api/teams/{team}/imports", Permission.VIEW),
     Endpoint("api:get_import", "get", "/api/teams/{team}/imports/{import_id}", Permission.VIEW),
     Endpoint("api:list_rules", "get", "/api/teams/{team}/rules", Permission.VIEW),
@@ -162,7 +163,7 @@ API = [
         "post",
         "/api/teams/{team}/rules/{rule_id}/approve",
         Permission.REVIEW,
-        {"version": "1"},
+        {"version": 1},
     ),
     Endpoint(
         "api:veto_rule",

@@ -18,6 +18,7 @@ from apps.accounts.schemas import (
     TokenOut,
     UserOut,
 )
+from apps.core.idempotency import answer_never_kept
 
 router = Router(tags=["accounts"])
 
@@ -79,6 +80,7 @@ def list_tokens(request: HttpRequest) -> Any:
 
 
 @router.post("/tokens", response={201: IssuedTokenOut})
+@answer_never_kept("its answer holds the token's secret, which is stored only as a hash")
 def create_token(request: HttpRequest, payload: TokenIn) -> Any:
     issued = services.api_token_create(user=request.user, name=payload.name)  # type: ignore[arg-type]
     return Status(201, {**token_out(issued.token), "token": issued.plaintext})

@@ -65,3 +65,26 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class IdempotentRequest(models.Model):
+    """A change sent over the API with an Idempotency-Key, and the answer its retries get."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10)
+    path = models.TextField()
+    fingerprint = models.CharField(max_length=64)  # SHA-256 of the method, path and body
+    claimed_at = models.DateTimeField()
+    status = models.PositiveSmallIntegerField(null=True)  # null while the first one runs
+    content_type = models.CharField(max_length=100, blank=True)
+    body = models.BinaryField(default=b"")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_once_per_user")
+        ]
+        indexes = [models.Index(fields=["claimed_at"], name="idempotency_by_age")]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} with key {self.key!r}"

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -22,9 +22,14 @@ def team_create(*, name: str, owner: User, slug: str = "") -> Team:
     slug = slug or slugify(name)
     if not slug:
         raise DomainError("A team needs a name with at least one letter or digit.")
+    taken = Conflict(f"A team with the slug {slug!r} already exists.")
     if Team.objects.filter(slug=slug).exists():
-        raise Conflict(f"A team with the slug {slug!r} already exists.")
-    team = Team.objects.create(name=name, slug=slug)
+        raise taken
+    try:
+        with transaction.atomic():  # one created at the same moment: its insert wins
+            team = Team.objects.create(name=name, slug=slug)
+    except IntegrityError as error:
+        raise taken from error
     Membership.objects.create(team=team, user=owner, role=Role.ADMIN)
     return team
 
@@ -37,6 +42,10 @@ def membership_set(*, team: Team, username: str, role: str) -> Membership:
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise NotFound(f"No user {username!r}.")
+    # One change to a team's members at a time, so the check that an admin remains sees the
+    # other's change: two admins demoted or removed at once otherwise lock each other's rows
+    # and PostgreSQL kills one request (a deadlock) instead of refusing it.
+    team_lock(team)
     membership, _ = Membership.objects.update_or_create(
         team=team, user=user, defaults={"role": role}
     )
@@ -46,15 +55,23 @@ def membership_set(*, team: Team, username: str, role: str) -> Membership:
 
 @transaction.atomic
 def membership_remove(*, team: Team, username: str) -> None:
+    team_lock(team)  # as in membership_set
     deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
     if not deleted:
         raise NotFound(f"{username!r} is not a member of {team.name}.")
     _ensure_an_admin_remains(team)
 
 
+def team_lock(team: Team) -> None:
+    """Hold the team's row until the transaction ends: what must happen one at a time per team
+    takes it (member changes, hot-memory rebuilds, knowledge imports)."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+
+
 def _ensure_an_admin_remains(team: Team) -> None:
-    # Runs inside the caller's transaction, so raising rolls the change back.
-    if not Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN).exists():
+    # Runs inside the caller's transaction, after team_lock, so raising rolls the
+    # change back.
+    if not Membership.objects.filter(team=team, role=Role.ADMIN).exists():
         raise Conflict(f"{team.name} must keep at least one admin.")
 
 
@@ -74,8 +91,10 @@ def api_token_create(*, user: User, name: str) -> IssuedToken:
     return IssuedToken(token, new.plaintext)
 
 
+@transaction.atomic
 def api_token_revoke(*, user: User, token_id: int) -> ApiToken:
-    token = ApiToken.objects.filter(pk=token_id, user_id=user.pk).first()
+    """Revoking a revoked token changes nothing: the first revocation's time stays."""
+    token = ApiToken.objects.select_for_update().filter(pk=token_id, user_id=user.pk).first()
     if token is None:
         raise NotFound(f"No token {token_id}.")
     if token.revoked_at is None:

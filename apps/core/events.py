@@ -32,6 +32,7 @@ class SessionEvent(TypedDict):
     kind: str
     payload: dict[str, object]
     at: str
+    case: int | None  # the Case a `case_recorded` event made (its id is the event's)
 
 
 EventPayload = WorkerAlive | SessionEvent

@@ -4,10 +4,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from apps.core.errors import DomainError, NotFound, PermissionDenied
+from apps.core.views import refused
 
 
 class DomainErrorMiddleware:
-    """Pages: a DomainError from a view becomes Django's 404/403/400 handling."""
+    """Pages: a DomainError from a view becomes Django's 404/403 handling, or an error page."""
 
     def __init__(self, get_response):  # type: ignore[no-untyped-def]
         self.get_response = get_response
@@ -21,7 +22,7 @@ class DomainErrorMiddleware:
         if isinstance(error, PermissionDenied):
             raise DjangoPermissionDenied(error.message)
         if isinstance(error, DomainError):
-            return HttpResponse(error.message, status=error.status, content_type="text/plain")
+            return refused(request, error.message, error.status)
         return None
 
 
@@ -39,7 +40,7 @@ class NulRefusingMiddleware:
         message = f"{where} holds a NUL character, which cannot be stored"
         if request.path.startswith("/api/"):
             return JsonResponse({"error": {"code": "invalid", "message": message}}, status=400)
-        return HttpResponse(message, status=400, content_type="text/plain")
+        return refused(request, message)
 
 
 def nul_in_url(request: HttpRequest) -> str | None:

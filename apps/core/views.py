@@ -1,4 +1,5 @@
-"""The server-error handler: a database that cannot be reached is a 503 that says so."""
+"""The error pages: a 4xx a page refuses with, a 404 that names what is missing, and the
+server-error handler (a database that cannot be reached is a 503 that says so)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import sys
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import Resolver404
 from django.views.decorators.csrf import requires_csrf_token
 from django.views.defaults import page_not_found
 
@@ -23,7 +26,14 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         message = f"No API endpoint at {request.path}; /api/docs lists them."
         return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+    if isinstance(exception, Resolver404):  # its message is the URL patterns tried
+        exception = Resolver404(f"No page at {request.path}.")
     return page_not_found(request, exception)
+
+
+def refused(request: HttpRequest, message: str, status: int = 400) -> HttpResponse:
+    """A page's 4xx other than 403 and 404: the workbench's error page with the reason."""
+    return render(request, "400.html", {"exception": message}, status=status)
 
 
 @requires_csrf_token

@@ -14,6 +14,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import NotFound
+from apps.core.numbers import WholeNumber
 from apps.memory.models import Rule, RuleVersion
 from apps.memory.rules import (
     MAX_COMMENT_CHARS,
@@ -64,7 +65,7 @@ class RuleOut(Schema):
 
 
 class ApproveIn(Schema):
-    version: int = Field(..., ge=1)
+    version: WholeNumber = Field(..., ge=1)
     comment: str = Field("", max_length=MAX_COMMENT_CHARS)
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.accounts.models import Team
+from apps.accounts.services import team_lock
 from apps.memory.keys import rule_id_of, rule_key
 from apps.memory.learning import Resident, choose_hot_memory, residence_priority
 from apps.memory.models import HotMemoryChange, MemoryVector, Rule, RuleTransition, RuleVersion
@@ -167,7 +168,7 @@ def hot_memory_refresh(
     """Rebuild the resident set and record how it differs from the last recorded one. One
     rebuild per team at a time (the team's row is locked), so two workers that finish a stage
     together cannot both record the same rule entering."""
-    Team.objects.select_for_update().filter(pk=team.pk).first()
+    team_lock(team)
     budget = hot_memory_budget(budget_tokens)
     entries = approved_residents(team)
     candidates = [r for _, _, r in entries]

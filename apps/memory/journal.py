@@ -71,9 +71,20 @@ def journal_record(
 
 
 def publish_event(event: JournalEvent) -> None:
-    message = SessionEvent(session=event.session_id, seq=event.seq, kind=event.kind,
-                           payload=event.payload, at=event.created_at.isoformat())  # fmt: skip
-    publish_quietly(session_group(event.session_id), EventKind.SESSION_EVENT, message)
+    publish_quietly(session_group(event.session_id), EventKind.SESSION_EVENT, session_event(event))
+
+
+def session_event(event: JournalEvent) -> SessionEvent:
+    """The event as watchers receive it, live or from the journal after a reconnect."""
+    return SessionEvent(
+        session=event.session_id, seq=event.seq, kind=event.kind, payload=event.payload,
+        at=event.created_at.isoformat(), case=case_of(event),
+    )  # fmt: skip
+
+
+def case_of(event: JournalEvent) -> int | None:
+    """The Case a `case_recorded` event made: its id is the event's."""
+    return event.pk if event.kind == "case_recorded" else None
 
 
 def step_done(session_id: int, step: str) -> JournalEvent | None:

@@ -95,10 +95,11 @@ def rule_propose(
 ) -> Rule:
     """A candidate from consolidation, put up for review. A source that already has a rule
     keeps it: a vetoed rule is never proposed again."""
-    existing = Rule.objects.select_for_update().filter(team=team, source_key=source_key).first()
-    if existing is not None:
-        return existing
-    rule = Rule.objects.create(team=team, source_key=source_key)
+    # get_or_create: a proposal of the same source committed meanwhile (two workers
+    # consolidating, two imports of one file) is returned instead of an IntegrityError.
+    rule, created = Rule.objects.get_or_create(team=team, source_key=source_key)
+    if not created:
+        return rule
     version = _new_version(rule, wording, evidence, None)
     RuleTransition.objects.create(rule=rule, version=version, to_status=Rule.Status.CANDIDATE)
     _transition(rule, Rule.Status.PENDING, actor=None, version=version,
@@ -135,6 +136,8 @@ def rule_approve(*, rule: Rule, user: AnyUser, version_number: int, comment: str
     version = locked.versions.filter(number=version_number).first()
     if version is None:
         raise DomainError(f"rule {locked.pk} has no version {version_number}")
+    if locked.status == Rule.Status.APPROVED and locked.approved_version_id == version.pk:
+        return locked  # approved as asked already: a second reviewer's click changes nothing
     _transition(locked, Rule.Status.APPROVED, actor=user, version=version, comment=comment)
     locked.approved_version = version
     locked.reserved_by, locked.reserved_until = None, None
@@ -171,6 +174,17 @@ def rule_edit(*, rule: Rule, user: AnyUser, wording: Wording, comment: str = "")
     _transition(locked, Rule.Status.PENDING, actor=user, version=version, comment=comment)
     locked.save(update_fields=["status"])
     decided(locked, f"rule {locked.pk} edited to v{version.number} by {user}")
+    return version
+
+
+@transaction.atomic
+def rule_edit_and_approve(
+    *, rule: Rule, user: AnyUser, wording: Wording, comment: str = ""
+) -> RuleVersion:
+    """One transaction, so no other decision lands between the two: the reviewer's edit is
+    approved, or nothing is written."""
+    version = rule_edit(rule=rule, user=user, wording=wording, comment=comment)
+    rule_approve(rule=rule, user=user, version_number=version.number)
     return version
 
 

@@ -28,6 +28,7 @@ from apps.memory.rules import (
     hot_memory,
     rule_approve,
     rule_edit,
+    rule_edit_and_approve,
     rule_reserve,
     rule_veto,
 )
@@ -78,16 +79,26 @@ def rule_detail(request: HttpRequest, membership: Membership, rule_id: int) -> H
             rule = rule_reserve(rule=rule, user=request.user)
         except Conflict as held:
             reserved_note = str(held)
+    return rule_page(request, rule, can_review=can_review, reserved_note=reserved_note)
+
+
+def rule_page(request: HttpRequest, rule: Rule, *, can_review: bool, reserved_note: str = "",
+              draft: dict[str, str] | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    """The rule's page; `draft` is an edit that was not saved, shown again in the edit form."""
     versions = list(rule.versions.order_by("-number"))
+    latest = versions[0]
     source = MemoryVector.objects.filter(key=rule.source_key).first()
     history = value_history(rule.source_key)
+    # The edit form starts from the newest wording, or from the draft it was sent back with.
+    edit = draft or {"statement": latest.statement, "applies_when": latest.applies_when,
+                     "not_when": latest.not_when, "comment": ""}  # fmt: skip
     context = {
-        "section": "review", "rule": rule, "versions": versions, "latest": versions[0],
+        "section": "review", "rule": rule, "versions": versions, "latest": latest,
         "source": source, "history": history, "sparkline": sparkline(history),
         "transitions": rule.transitions.select_related("actor", "version"),
-        "can_review": can_review, "reserved_note": reserved_note,
+        "can_review": can_review, "reserved_note": reserved_note, "draft": draft, "edit": edit,
     }  # fmt: skip
-    return render(request, "memory/rule_detail.html", context)
+    return render(request, "memory/rule_detail.html", context, status=status)
 
 
 def sparkline(history: list[dict[str, Any]], width: int = 240, height: int = 48) -> str:
@@ -102,6 +113,11 @@ def sparkline(history: list[dict[str, Any]], width: int = 240, height: int = 48)
     return " ".join(points)
 
 
+def edit_draft(post: Any) -> dict[str, str]:
+    return {name: post.get(name, "") for name in ("statement", "applies_when", "not_when",
+                                                  "comment")}  # fmt: skip
+
+
 @require_POST
 @team_view(Permission.REVIEW)
 def rule_decide(
@@ -109,6 +125,7 @@ def rule_decide(
 ) -> HttpResponse:
     rule = team_rule(membership, rule_id)
     post = request.POST
+    draft = edit_draft(post)
     try:
         if action == "approve":
             rule_approve(rule=rule, user=request.user, version_number=int(post["version"]),
@@ -118,18 +135,20 @@ def rule_decide(
             rule_veto(rule=rule, user=request.user, reason=post.get("reason", ""))
             messages.success(request, f"Rule {rule.pk} vetoed.")
         elif action == "edit":
-            wording = Wording(post.get("statement", ""), post.get("applies_when", ""),
-                              post.get("not_when", ""))  # fmt: skip
-            version = rule_edit(rule=rule, user=request.user, wording=wording,
-                                comment=post.get("comment", ""))  # fmt: skip
-            if post.get("then") == "approve":
-                rule_approve(rule=rule, user=request.user, version_number=version.number)
+            wording = Wording(draft["statement"], draft["applies_when"], draft["not_when"])
+            edit = rule_edit_and_approve if post.get("then") == "approve" else rule_edit
+            version = edit(rule=rule, user=request.user, wording=wording,
+                           comment=draft["comment"])  # fmt: skip
             messages.success(request, f"Rule {rule.pk}: version {version.number} saved.")
         else:
             raise Http404(f"No action {action!r}.")
     except (DomainError, KeyError, ValueError) as error:
         messages.error(request, str(error) if isinstance(error, DomainError) else
                        "The form was incomplete: a version number is needed.")  # fmt: skip
+        if action == "edit":  # the reviewer's wording is shown again, not lost
+            status = error.status if isinstance(error, DomainError) else 400
+            return rule_page(request, Rule.objects.get(pk=rule.pk), can_review=True,
+                             draft=draft, status=status)  # fmt: skip
         return redirect("rule", team=membership.team.slug, rule_id=rule.pk)
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, {request.get_host()}):

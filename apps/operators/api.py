@@ -15,6 +15,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError
+from apps.core.numbers import RealNumber, WholeNumber
 from apps.operators import selectors
 from apps.operators.importing import import_start, summary
 from apps.operators.models import ImportRun, OperatorVersion, Suite
@@ -65,9 +66,13 @@ class OperatorOut(OperatorSummaryOut):
 class OperatorEditIn(Schema):
     name: str | None = Field(None, max_length=200)
     description: str | None = Field(None, max_length=20_000)
-    max_abs: float | None = Field(None, gt=0)
-    max_rel: float | None = Field(None, gt=0)
+    max_abs: RealNumber | None = Field(None, gt=0)
+    max_rel: RealNumber | None = Field(None, gt=0)
     starting_kernels: dict[str, str] | None = None
+    based_on: WholeNumber | None = Field(
+        None, ge=1, description="the version number the edit was made from: when another "
+        "version was saved since, 409 and nothing is saved",
+    )  # fmt: skip
 
 
 class SuiteOut(Schema):
@@ -81,7 +86,7 @@ class SuiteOut(Schema):
 class ImportIn(Schema):
     path: str = Field(..., max_length=500)
     format: str | None = Field(None, description="kernelbench or npukernelbench; default: detect")
-    scale: float = Field(1.0, gt=0, le=1)
+    scale: RealNumber = Field(1.0, gt=0, le=1)
 
 
 class ImportOut(Schema):

@@ -31,6 +31,8 @@ class ImportForm(forms.Form):
 
 
 class VersionEditForm(forms.Form):
+    # The version the page showed: an edit of an older one is refused, not saved over the newest.
+    based_on = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     name = forms.CharField(max_length=200)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
     max_abs = forms.FloatField(min_value=1e-12, label="max abs error")

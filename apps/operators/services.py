@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -58,7 +59,19 @@ def case_outcomes(answer: dict[str, Any]) -> list[dict[str, Any]]:
     for case in answer["cases"]:
         if case.get("error"):
             raise ImportProblem(f"case {case['case_id']}: {case['error']}")
+        require_finite_scalars(case)
     return list(answer["cases"])
+
+
+def require_finite_scalars(case: dict[str, Any]) -> None:
+    """A scalar input becomes an attribute of the operator, stored as JSON: inf and nan have
+    no JSON form, and a kernel told one as a size or a factor has nothing sound to do."""
+    for position, value in enumerate(case["inputs"]):
+        if "scalar" in value and not math.isfinite(value["value"]):
+            raise ImportProblem(
+                f"case {case['case_id']}: input {position} of the reference is the scalar "
+                f"{value['value']}; a scalar input becomes an attribute, which must be finite"
+            )
 
 
 def with_described_tensors(
@@ -314,14 +327,15 @@ def version_edit(
     max_abs: float | None = None,
     max_rel: float | None = None,
     starting_kernels: dict[str, str] | None = None,
+    based_on: int | None = None,
 ) -> tuple[OperatorVersion, bool]:
     """A new version with the changes; the cases and their recorded outcomes carry over.
 
+    `based_on` is the version number the editor saw: when another version was saved since,
+    the edit is refused (Conflict) rather than silently undoing that version's changes.
     Returns the version unchanged (and False) when the edit changes nothing.
     """
-    latest = version.operator.versions.order_by("-number").first()
-    if latest is not None and latest.pk != version.pk:
-        raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
+    require_newest(version, based_on)
     _check_edit_texts({"name": name, "description": description, **(starting_kernels or {})})
     if name is not None and not name.strip():
         raise DomainError("the name cannot be empty")
@@ -344,5 +358,23 @@ def version_edit(
     if edited.content_hash() == version.content_hash:
         return version, False
     outcomes = [{"inputs": c.inputs, "outputs": c.outputs} for c in version.cases.all()]
-    return version_store(team=version.operator.team, definition=edited, outcomes=outcomes,
-                         created_by=user)  # fmt: skip
+    with transaction.atomic():
+        # Checked again under the operator's lock, which version_store takes too: of two edits
+        # made at once, the second would otherwise silently drop the first's changes.
+        Operator.objects.select_for_update().filter(pk=version.operator_id).first()
+        if same := existing_version(version.operator.team, edited):
+            return same, False  # the same edit, made at the same moment by someone else
+        require_newest(version, based_on)
+        return version_store(team=version.operator.team, definition=edited, outcomes=outcomes,
+                             created_by=user)  # fmt: skip
+
+
+def require_newest(version: OperatorVersion, based_on: int | None = None) -> None:
+    latest = version.operator.versions.order_by("-number").first()
+    if latest is not None and latest.pk != version.pk:
+        raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
+    if based_on is not None and based_on != version.number:
+        raise Conflict(
+            f"the edit was made to version {based_on} of {version.operator.slug}, but the newest "
+            f"is version {version.number}: look at its changes and edit that one; nothing was saved"
+        )

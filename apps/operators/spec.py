@@ -87,7 +87,7 @@ class OperatorSpec:
 def parse_operator_toml(text: str, *, where: str) -> OperatorSpec:
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
+    except ValueError as error:  # TOMLDecodeError, and an integer of over 4300 digits
         raise SpecError(f"{where}: not valid TOML: {error}") from None
     except RecursionError:
         raise SpecError(f"{where}: not valid TOML: nested too deeply") from None

@@ -10,11 +10,11 @@ from django.views.decorators.http import require_POST
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
-from apps.core.errors import DomainError
+from apps.core.errors import Conflict, DomainError
 from apps.operators import selectors
 from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
 from apps.operators.importing import import_start, summary
-from apps.operators.models import OperatorVersion
+from apps.operators.models import Operator, OperatorVersion
 from apps.operators.services import version_edit
 from apps.operators.tasks import import_folder
 
@@ -51,9 +51,15 @@ def operator_context(
     version: OperatorVersion, membership: Membership, form: VersionEditForm | None = None
 ) -> dict[str, object]:
     operator = version.operator
-    editable = operator.team_id == membership.team.pk and membership.allows(Permission.RUN)
+    versions = list(operator.versions.order_by("-number"))
+    newest = versions[0]  # there is one: `version` is among them
+    # Only the newest version is edited: a form on an older one would save its values over
+    # every change made since.
+    editable = (operator.team_id == membership.team.pk and membership.allows(Permission.RUN)
+                and version == newest)  # fmt: skip
     initial = {"name": version.name, "description": version.description,
-               "max_abs": version.spec["max_abs"], "max_rel": version.spec["max_rel"]}  # fmt: skip
+               "max_abs": version.spec["max_abs"], "max_rel": version.spec["max_rel"],
+               "based_on": version.number}  # fmt: skip
     return {
         "section": "operators",
         "operator": operator,
@@ -61,8 +67,8 @@ def operator_context(
         "spec": version.spec,
         "cases": version.cases.all(),
         "kernels": version.starting_kernels.all(),
-        "versions": operator.versions.order_by("-number"),
-        "newest": operator.versions.order_by("-number").first(),
+        "versions": versions,
+        "newest": newest,
         "editable": editable,
         "edit_form": form or (VersionEditForm(initial=initial) if editable else None),
     }
@@ -79,13 +85,29 @@ def operator_edit(request: HttpRequest, membership: Membership, slug: str) -> Ht
     if not form.is_valid():
         context = operator_context(version, membership, form)
         return render(request, "operators/operator_detail.html", context, status=400)
-    edited, created = version_edit(version=version, user=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+    try:
+        edited, created = version_edit(version=version, user=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+    except Conflict as conflict:
+        return edit_made_to_an_older_version(request, membership, operator, conflict)
     if created:
         messages.success(request, f"Saved as version {edited.number}.")
     else:
         messages.info(request, "Nothing changed; no new version.")
     url = reverse("operator", kwargs={"team": membership.team.slug, "slug": slug})
     return redirect(f"{url}?v={edited.number}")
+
+
+def edit_made_to_an_older_version(
+    request: HttpRequest, membership: Membership, operator: Operator, conflict: Conflict
+) -> HttpResponse:
+    """The newest version's page with the editor's changes kept in the form and why they were
+    not saved: saving again saves them over the newest version, now that it has been seen."""
+    version = selectors.version_get(operator)
+    form = VersionEditForm({**request.POST.dict(), "based_on": version.number})
+    form.is_valid()
+    form.add_error(None, conflict.message)
+    context = operator_context(version, membership, form)
+    return render(request, "operators/operator_detail.html", context, status=409)
 
 
 @team_view()

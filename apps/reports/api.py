@@ -16,6 +16,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
+from apps.core.numbers import WholeNumber
 from apps.reports.models import Export
 from apps.reports.selectors import team_exports
 from apps.reports.services import MAX_IMPORT_BYTES, export_request, knowledge_import
@@ -29,9 +30,9 @@ ExportFormat = Literal["html", "md", "pdf", "csv", "json"]
 class ExportIn(Schema):
     kind: ExportKind
     format: ExportFormat
-    session: int | None = Field(None, description="the session of a session report")
-    a: int | None = Field(None, description="the first session of a comparison")
-    b: int | None = Field(None, description="the second session of a comparison")
+    session: WholeNumber | None = Field(None, description="the session of a session report")
+    a: WholeNumber | None = Field(None, description="the first session of a comparison")
+    b: WholeNumber | None = Field(None, description="the second session of a comparison")
 
 
 class ExportOut(Schema):

@@ -28,6 +28,7 @@ from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.memory.models import Rule
 from apps.memory.rules import Wording
+from apps.reports.markdown import md_code, md_text
 from apps.reports.redact import redacted, setting_secrets
 
 FORMAT = "kope-knowledge-base"
@@ -79,7 +80,7 @@ def knowledge_data(team: Team) -> dict[str, Any]:
 
 def knowledge_markdown(data: dict[str, Any]) -> str:
     team = data["team"]
-    lines = [f"# Knowledge base of {team['name']}", "",
+    lines = [f"# Knowledge base of {md_text(team['name'])}", "",
              f"Exported {data['exported_at']} from KOPE Workbench ({len(data['rules'])} rules). "
              "The JSON export of the same rules can be imported into another team's review "
              "queue.", ""]  # fmt: skip
@@ -93,16 +94,16 @@ def knowledge_markdown(data: dict[str, Any]) -> str:
 
 def rule_markdown(rule: dict[str, Any]) -> list[str]:
     shown = shown_version(rule)
-    lines = [f"### Rule {rule['id']} v{shown['number']}: {shown['statement']}", "",
-             f"- **Applies when**: {shown['applies_when']}"]  # fmt: skip
+    lines = [f"### Rule {rule['id']} v{shown['number']}: {md_text(shown['statement'])}", "",
+             f"- **Applies when**: {md_text(shown['applies_when'])}"]  # fmt: skip
     if shown["not_when"]:
-        lines.append(f"- **Not when**: {shown['not_when']}")
-    lines.append(f"- **Source**: `{rule['source_key']}`")
-    lines.append(f"- **Evidence**: `{json.dumps(shown['evidence'], sort_keys=True)}`")
+        lines.append(f"- **Not when**: {md_text(shown['not_when'])}")
+    lines.append(f"- **Source**: {md_code(rule['source_key'])}")
+    lines.append(f"- **Evidence**: {md_code(json.dumps(shown['evidence'], sort_keys=True))}")
     for step in rule["history"]:
-        comment = f": {step['comment']}" if step["comment"] else ""
+        comment = f": {md_text(step['comment'])}" if step["comment"] else ""
         lines.append(f"- {step['at'][:19]} {step['from'] or '-'} -> {step['to']} "
-                     f"by {step['by']}{comment}")  # fmt: skip
+                     f"by {md_text(step['by'])}{comment}")  # fmt: skip
     return [*lines, ""]
 
 

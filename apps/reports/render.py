@@ -10,6 +10,7 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
+from apps.reports.markdown import md_text
 from apps.reports.pdf import render_pdf
 from apps.reports.svg import bar_chart, latency_chart
 from apps.reports.tables import Section, Table, report_sections
@@ -30,16 +31,12 @@ def render_json(data: dict[str, Any]) -> bytes:
 # --- Markdown ----------------------------------------------------------------------------------
 
 
-def md_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def md_table(table: Table) -> list[str]:
-    lines = [f"### {table.title}", ""]
+    lines = [f"### {md_text(table.title)}", ""]
     if table.rows:
-        lines.append("| " + " | ".join(md_cell(h) for h in table.headers) + " |")
+        lines.append("| " + " | ".join(md_text(h) for h in table.headers) + " |")
         lines.append("|" + "---|" * len(table.headers))
-        lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in table.rows]
+        lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in table.rows]
         lines.append("")
     if table.note:
         lines += [table.note, ""]
@@ -47,8 +44,8 @@ def md_table(table: Table) -> list[str]:
 
 
 def md_section(section: Section) -> list[str]:
-    lines = [f"## {section.heading}", ""]
-    lines += [f"- **{name}**: {md_cell(value)}" for name, value in section.facts]
+    lines = [f"## {md_text(section.heading)}", ""]
+    lines += [f"- **{name}**: {md_text(value)}" for name, value in section.facts]
     lines.append("")
     for table in section.tables:
         lines += md_table(table)
@@ -57,7 +54,8 @@ def md_section(section: Section) -> list[str]:
 
 def render_markdown(data: dict[str, Any]) -> bytes:
     meta = data["report"]
-    lines = [f"# {meta['title']}", "", f"Generated {meta['generated_at']} by KOPE Workbench.", ""]
+    lines = [f"# {md_text(meta['title'])}", "",
+             f"Generated {meta['generated_at']} by KOPE Workbench.", ""]  # fmt: skip
     for section in report_sections(data):
         lines += md_section(section)
     return "\n".join(lines).encode()

@@ -16,6 +16,7 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
+from apps.accounts.services import team_lock
 from apps.core.errors import DomainError, NotFound
 from apps.memory.models import Case, Rule
 from apps.memory.rules import AnyUser, rule_propose
@@ -191,9 +192,12 @@ def knowledge_import(*, team: Team, user: AnyUser, filename: str, raw: bytes) ->
     except ImportFileError as error:
         export_fail(export.pk, f"{filename}: {error.message}")
         raise ImportFileError(f"{filename}: {error.message}") from error
+    except Exception as error:  # a bug or a database error: the record must not stay running
+        export_fail(export.pk, f"{filename}: {type(error).__name__}: {str(error)[:500]}")
+        raise
     body = json.dumps(summary, indent=2).encode()
     Export.objects.filter(pk=export.pk).update(
-        status=STATUS.DONE, progress=100, progress_text=summary["text"],
+        status=STATUS.DONE, progress=100, progress_text=summary["text"][:200],
         filename=f"import-{export.pk}-summary.json", content_type=CONTENT_TYPES["json"],
         content=body, size=len(body), finished_at=timezone.now(),
     )  # fmt: skip
@@ -209,6 +213,9 @@ def knowledge_import_rules(team: Team, raw: bytes) -> dict[str, Any]:
     if data["team"]["slug"] == team.slug:
         raise ImportFileError(f"team.slug: the file is {team.name}'s own knowledge base")
     rules = imported_rules(data)
+    # One import into a team at a time: a second import of the same file then finds the
+    # first one's rules and counts them as already imported, not as its own.
+    team_lock(team)
     before = set(Rule.objects.filter(team=team).values_list("pk", flat=True))
     proposed = [rule_propose(team=team, source_key=r.source_key, wording=r.wording,
                              evidence=r.evidence) for r in rules]  # fmt: skip

@@ -15,7 +15,9 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
-from apps.memory.journal import events_since
+from apps.core.numbers import WholeNumber
+from apps.memory.journal import case_of, events_since
+from apps.memory.models import JournalEvent
 from apps.runs.config import Measurement
 from apps.runs.models import OptimizationSession
 from apps.runs.services import (
@@ -35,16 +37,16 @@ MAX_UPLOAD_CHARS = 200_000
 class BudgetsIn(Schema):
     """What is left out comes from the KOPE_SESSION_* / KOPE_CONTEXT_TOKENS settings."""
 
-    rounds: int | None = Field(None, ge=1, le=1000)
-    tokens: int | None = Field(None, ge=1, le=100_000_000)
-    plateau: int | None = Field(None, ge=1, le=1000)
-    context_tokens: int | None = Field(None, ge=500, le=200_000)
+    rounds: WholeNumber | None = Field(None, ge=1, le=1000)
+    tokens: WholeNumber | None = Field(None, ge=1, le=100_000_000)
+    plateau: WholeNumber | None = Field(None, ge=1, le=1000)
+    context_tokens: WholeNumber | None = Field(None, ge=500, le=200_000)
 
 
 class MeasurementIn(Schema):
-    seeds: int = Field(3, ge=1, le=20)
-    warmup: int = Field(5, ge=0, le=1000)
-    repeats: int = Field(100, ge=3, le=100_000)
+    seeds: WholeNumber = Field(3, ge=1, le=20)
+    warmup: WholeNumber = Field(5, ge=0, le=1000)
+    repeats: WholeNumber = Field(100, ge=3, le=100_000)
 
 
 class SessionIn(Schema):
@@ -54,7 +56,7 @@ class SessionIn(Schema):
     policy: Literal["offline", "claude"] = "offline"
     model: str = Field("", max_length=100)
     memory_mode: Literal["off", "read_only", "read_write"] = "read_write"
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: WholeNumber = Field(0, ge=0, le=2**31 - 1)
     budgets: BudgetsIn | None = None
     measurement: MeasurementIn | None = None
     starting_kernels: dict[str, str] = Field(default_factory=dict)
@@ -83,6 +85,11 @@ class EventOut(Schema):
     kind: str
     payload: dict[str, Any]
     at: datetime = Field(..., alias="created_at")
+    case: int | None = Field(None, description="For `case_recorded`: the id of the Case it made.")
+
+    @staticmethod
+    def resolve_case(event: JournalEvent) -> int | None:
+        return case_of(event)
 
 
 def session_out(session: OptimizationSession) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from apps.accounts.models import Membership
 from apps.core.events import session_group
+from apps.memory.journal import session_event
 from apps.memory.models import JournalEvent
 from apps.runs.event_text import event_summary
 from apps.runs.models import OptimizationSession
@@ -40,11 +41,7 @@ def may_watch(user_id: int | None, session_id: int) -> bool:
 @database_sync_to_async  # type: ignore[untyped-decorator]
 def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
     events = JournalEvent.objects.filter(session_id=session_id, seq__gt=seq).order_by("seq")
-    return [
-        {"session": session_id, "seq": e.seq, "kind": e.kind, "payload": e.payload,
-         "at": e.created_at.isoformat()}
-        for e in events[:BATCH]
-    ]  # fmt: skip
+    return [dict(session_event(e)) for e in events[:BATCH]]
 
 
 def requested_after(query_string: bytes) -> int:

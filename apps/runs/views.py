@@ -98,7 +98,8 @@ def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse
             return redirect("session", team=membership.team.slug, session_id=session.pk)
     estimate = launch_estimate(membership, form, data)
     context = {"section": "sessions", "form": form, **estimate}
-    return render(request, "runs/session_launch.html", context)
+    refused = data is not None  # sent back with what was wrong, as the other forms are: 400
+    return render(request, "runs/session_launch.html", context, status=400 if refused else 200)
 
 
 def team_session(membership: Membership, session_id: int) -> OptimizationSession:

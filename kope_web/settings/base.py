@@ -12,6 +12,7 @@ from kope_web.env import (
     env_float,
     env_int,
     env_list,
+    env_log_level,
     env_redis_url,
     env_secret,
     env_str,
@@ -216,7 +217,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("KOPE_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("KOPE_LOG_LEVEL", "INFO")},
     "loggers": {
         "pgserver": {"level": "WARNING"},
         # It warns on every event sent to a session nobody is watching, which is the usual case.

@@ -15,6 +15,7 @@
     const options = json("diff-options") || {};
     holder.innerHTML = Diff2Html.html(text, {
       drawFileList: false, matching: "lines", outputFormat: options.outputFormat || "side-by-side",
+      colorScheme: "auto",  // the page's light or dark scheme, as the system says
     });
     holder.dataset.renderer = "diff2html";
   }
@@ -36,16 +37,37 @@
     };
   }
 
+  const ms = (value) => `${value.toFixed(4)} ms`;
+
+  // One case's samples in words: what the chart shows of it, for the chart's description.
+  function described(side) {
+    const n = side.samples_ms.length;
+    const eager = side.reference_median_ms
+      ? `; PyTorch eager median ${ms(side.reference_median_ms)}` : "";
+    if (!n) return `${side.label}: no timed calls${eager}.`;
+    const sorted = [...side.samples_ms].sort((x, y) => x - y);
+    const middle = Math.floor(n / 2);
+    const median = n % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+    return `${side.label}: ${n} call${n === 1 ? "" : "s"} from ${ms(sorted[0])} to `
+      + `${ms(sorted[n - 1])}, median ${ms(median)}${eager}.`;
+  }
+
   function drawTimeline() {
     const holder = document.getElementById("timeline");
+    const summary = document.getElementById("timeline-summary");
     const data = json("timeline-data");
-    if (!holder || !data || !window.Plotly) return;
+    if (!holder || !summary || !data || !window.Plotly) return;
     const calls = Math.max(data.a.samples_ms.length, data.b.samples_ms.length);
     const traces = [sampleTrace(data.a, "#0a58ca"), sampleTrace(data.b, "#cf222e")];
     if (data.a.reference_median_ms) traces.push(referenceLine(data.a, "#0a58ca", calls));
     if (data.b.reference_median_ms) traces.push(referenceLine(data.b, "#cf222e", calls));
     if (!holder.dataset.renderer) holder.replaceChildren();  // the table drawn for no-JS readers
     holder.dataset.renderer = "plotly";
+    holder.setAttribute("role", "img");
+    holder.setAttribute("aria-label", `Per-call times of ${data.a.label} and ${data.b.label}`);
+    holder.setAttribute("aria-describedby", summary.id);
+    summary.textContent = `${described(data.a)} ${described(data.b)}`;
+    summary.hidden = false;
     Plotly.react(holder, traces, {
       height: 320, margin: { l: 70, r: 20, t: 20, b: 40 },
       xaxis: { title: { text: "timed call" } }, yaxis: { title: { text: "ms" }, rangemode: "tozero" },

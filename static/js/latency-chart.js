@@ -5,7 +5,12 @@
   "use strict";
   const holder = document.getElementById("latency-chart");
   const dataNode = document.getElementById("latency-data");
-  if (!holder || !dataNode || !window.Plotly) return;
+  // The chart in words, and every attempt it draws as a table (the server's, for readers
+  // without JavaScript, moved out of the chart's place): for keyboard and screen-reader users.
+  const summary = document.getElementById("latency-summary");
+  const tableBox = document.getElementById("latency-table");
+  const table = holder && holder.querySelector("table");
+  if (!holder || !dataNode || !summary || !tableBox || !table || !window.Plotly) return;
   const data = JSON.parse(dataNode.textContent);
   const select = document.getElementById("chart-operator");
   let operator = data.operator;
@@ -15,6 +20,12 @@
     compile_error: "#6a1b9a", incorrect: "#c62828", crashed: "#ad1457",
     timed_out: "#4e342e", rejected: "#1565c0",
   };
+
+  // Plotly reads tags in text it draws (<b>, <br>, <a href>): agent-written text goes in with
+  // its markup characters as entities, which Plotly shows as the characters themselves.
+  function plain(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
 
   function bestSoFar(attempts) {
     const xs = [], ys = [];
@@ -32,7 +43,7 @@
     const list = [
       {
         name: "correct attempt", type: "scatter", mode: "markers", x: timed.map((a) => a.iteration),
-        y: timed.map((a) => a.latency_ms), text: timed.map((a) => `${a.outcome}: ${a.strategy}`),
+        y: timed.map((a) => a.latency_ms), text: timed.map((a) => `${a.outcome}: ${plain(a.strategy)}`),
         marker: { size: 8, color: timed.map((a) => COLOURS[a.outcome] || "#757575") },
         hovertemplate: "#%{x}: %{y:.3f} ms<br>%{text}<extra></extra>",
       },
@@ -47,7 +58,7 @@
       list.push({
         name: outcome.replace("_", " "), type: "scatter", mode: "markers", yaxis: "y2",
         x: failed.map((a) => a.iteration), y: failed.map(() => outcome.replace("_", " ")),
-        text: failed.map((a) => a.strategy),
+        text: failed.map((a) => plain(a.strategy)),
         marker: { symbol: "x", size: 9, color: COLOURS[outcome] },
         hovertemplate: "#%{x} %{y}<br>%{text}<extra></extra>",
       });
@@ -55,17 +66,80 @@
     return list;
   }
 
+  const ms = (latency) => `${latency.toFixed(3)} ms`;
+
+  function describe(attempts) {
+    const n = attempts.length;
+    if (!n) return `${operator}: no attempts yet.`;
+    const parts = [`${operator}: ${n} attempt${n === 1 ? "" : "s"}`];
+    const timed = attempts.filter((a) => a.correct && a.latency_ms);
+    if (timed.length) {
+      const first = timed[0];
+      const best = timed.reduce((b, a) => (a.latency_ms < b.latency_ms ? a : b));
+      parts.push(`the first correct one ${ms(first.latency_ms)} (iteration ${first.iteration}), `
+        + `the fastest ${ms(best.latency_ms)} (iteration ${best.iteration})`);
+    }
+    const failed = FAILED.map((outcome) => [outcome, attempts.filter((a) => a.outcome === outcome)])
+      .filter(([, same]) => same.length)
+      .map(([outcome, same]) => `${same.length} ${outcome.replace("_", " ")}`);
+    if (failed.length) parts.push(`failed: ${failed.join(", ")}`);
+    return `${parts.join("; ")}. Every attempt is in the table below.`;
+  }
+
+  function cell(content) {
+    const td = document.createElement("td");
+    td.append(content);  // a string goes in as text: agent-written strategies stay inert
+    return td;
+  }
+
+  function attemptRow(a) {
+    const row = document.createElement("tr");
+    const iteration = document.createElement(a.case ? "a" : "span");
+    if (a.case) iteration.href = holder.dataset.caseUrl.replace(/0\/$/, `${a.case}/`);
+    iteration.textContent = String(a.iteration);
+    const outcome = document.createElement("span");
+    outcome.className = `outcome outcome-${a.outcome}`;
+    outcome.textContent = a.outcome;
+    row.append(cell(iteration), cell(outcome), cell(a.latency_ms ? ms(a.latency_ms) : "-"),
+      cell(a.strategy || ""));
+    return row;
+  }
+
+  // The server's rows, drawn again from the data: for the chosen operator, and with the cases
+  // that arrived live.
+  function fillTable(attempts) {
+    table.caption.textContent = `${operator}: every attempt the chart draws`;
+    const rows = attempts.map(attemptRow);
+    if (!rows.length) {
+      const none = cell("No attempts yet.");
+      none.colSpan = 4;
+      rows.push(document.createElement("tr"));
+      rows[0].append(none);
+    }
+    table.tBodies[0].replaceChildren(...rows);
+  }
+
   function draw() {
     const attempts = data.attempts[operator] || [];
     const layout = {
-      height: 360, margin: { l: 70, r: 20, t: 30, b: 40 }, title: { text: operator, font: { size: 14 } },
+      height: 360, margin: { l: 70, r: 20, t: 30, b: 40 }, title: { text: plain(operator), font: { size: 14 } },
       xaxis: { title: { text: "iteration" }, anchor: "y2", rangemode: "tozero", dtick: attempts.length > 20 ? 5 : 1 },
       yaxis: { title: { text: "latency (ms)" }, type: "log", domain: [0.3, 1] },
       yaxis2: { domain: [0, 0.2], type: "category", automargin: true },
       legend: { orientation: "h", y: -0.15 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     };
-    if (!holder.dataset.renderer) holder.replaceChildren();  // the table drawn for no-JS readers
+    if (!holder.dataset.renderer) {
+      tableBox.append(table);
+      tableBox.hidden = false;
+      holder.replaceChildren();
+      holder.setAttribute("role", "img");
+      holder.setAttribute("aria-describedby", summary.id);
+    }
     holder.dataset.renderer = "plotly";
+    holder.setAttribute("aria-label", `Latency per iteration of ${operator}`);
+    summary.textContent = describe(attempts);
+    summary.hidden = false;
+    fillTable(attempts);
     Plotly.react(holder, traces(attempts), layout, { displayModeBar: false, responsive: true });
   }
 
@@ -76,7 +150,7 @@
     if (!slug) return;
     (data.attempts[slug] = data.attempts[slug] || []).push({
       iteration: p.iteration, outcome: p.outcome, correct: p.correct,
-      latency_ms: p.latency_ms, strategy: p.strategy,
+      latency_ms: p.latency_ms, strategy: p.strategy, case: event.case,
     });
     if (select && slug !== operator && !userChose) {
       operator = slug;

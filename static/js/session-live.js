@@ -29,7 +29,15 @@
     const text = document.createElement("span");
     text.textContent = event.summary;  // text, never HTML: agent-written strings stay inert
     item.append(seq, " ", kind, " ", text);
+    if (event.case) item.append(" ", caseLink(event.case));
     return item;
+  }
+
+  function caseLink(id) {
+    const link = document.createElement("a");
+    link.href = log.dataset.caseUrl.replace(/0\/$/, `${id}/`);
+    link.textContent = `case ${id}`;
+    return link;
   }
 
   function receive(message) {

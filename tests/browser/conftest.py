@@ -15,9 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
+
+if TYPE_CHECKING:
+    from apps.accounts.models import Membership
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -195,3 +199,19 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def script_errors(page: Page) -> list[str]:
+    """The errors the page's scripts log or throw from now on, filled in as they happen."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return errors
+
+
+def log_in(page: Page, url: str, membership: Membership, path: str) -> None:
+    """Log in through the login page (the factories' password), which then opens `path`."""
+    page.goto(f"{url}/accounts/login/?next={path}")
+    page.locator("#id_username").fill(membership.user.username)
+    page.locator("#id_password").fill("pw-for-tests")
+    page.get_by_role("button", name="Log in").click()

@@ -1,11 +1,14 @@
-"""Browsing the forest in Chromium: expand a branch in place, open a case, see its diff."""
+"""Browsing the forest in Chromium: expand a branch in place, open a case, see its diff; the
+same by keyboard alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
@@ -14,7 +17,7 @@ from tests.memory.test_forest_pages import small_forest
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -30,30 +33,83 @@ def forest(transactional_db: None) -> tuple[Membership, dict[str, int]]:
     return MembershipFactory(team=team, role=Role.VIEWER), small_forest(team)
 
 
-def test_expanding_a_branch_and_opening_a_case(
+@dataclass
+class ForestPage:
+    page: Page
+    ids: dict[str, int]
+    csp_violations: list[str]
+
+
+@pytest.fixture
+def forest_page(
     forest: tuple[Membership, dict[str, int]], chromium: Browser
-) -> None:
+) -> Iterator[ForestPage]:
+    """The forest page, logged in as a viewer, with the CSP violations its console reports."""
     viewer, ids = forest
     with daphne(process_env("single-machine")) as url:
         page = chromium.new_page()
         violations: list[str] = []
         page.on("console", lambda m: violations.append(m.text) if "Refused" in m.text else None)
-        page.goto(f"{url}/accounts/login/?next=/t/trees/forest/")
-        page.locator("#id_username").fill(viewer.user.username)
-        page.locator("#id_password").fill("pw-for-tests")
-        page.get_by_role("button", name="Log in").click()
+        log_in(page, url, viewer, "/t/trees/forest/")
         expect(page.get_by_role("heading", level=1)).to_have_text("Forest")
+        yield ForestPage(page, ids, violations)
 
-        page.get_by_role("link", name="expand (2)").click()  # htmx, in place
-        fast = page.locator(f'li[data-case="{ids["fast"]}"]')
-        expect(fast).to_be_visible()
-        expect(page.locator(f'li[data-case="{ids["broken"]}"]')).to_contain_text("incorrect")
-        assert page.url.endswith("/t/trees/forest/")  # no page load
-        fast.get_by_role("link", name="expand (1)").click()
-        expect(page.locator(f'li[data-case="{ids["faster"]}"]')).to_be_visible()
-        page.screenshot(path=str(SCREENSHOT), full_page=True)
 
-        fast.get_by_role("link", name=f"#{ids['fast']}").click()
-        expect(page.get_by_role("heading", level=1)).to_contain_text(f"Case #{ids['fast']}")
-        expect(page.locator("pre.diff .diff-add")).to_contain_text("+int c;")
-        assert violations == []
+def test_expanding_a_branch_and_opening_a_case(forest_page: ForestPage) -> None:
+    page, ids = forest_page.page, forest_page.ids
+    page.get_by_role("link", name="expand (2)").click()  # htmx, in place
+    fast = page.locator(f'li[data-case="{ids["fast"]}"]')
+    expect(fast).to_be_visible()
+    expect(page.locator(f'li[data-case="{ids["start"]}"]')).to_have_attribute(
+        "aria-expanded", "true"
+    )
+    expect(page.locator(f'li[data-case="{ids["broken"]}"]')).to_contain_text("incorrect")
+    assert page.url.endswith("/t/trees/forest/")  # no page load
+    fast.get_by_role("link", name="expand (1)").click()
+    expect(page.locator(f'li[data-case="{ids["faster"]}"]')).to_be_visible()
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    fast.get_by_role("link", name=f"#{ids['fast']}").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"Case #{ids['fast']}")
+    expect(page.locator("pre.diff .diff-add")).to_contain_text("+int c;")
+    assert forest_page.csp_violations == []
+
+
+def test_the_forest_is_one_tab_stop_walked_with_the_arrow_keys(forest_page: ForestPage) -> None:
+    page, ids = forest_page.page, forest_page.ids
+    node = {name: page.locator(f'li[data-case="{case_id}"]') for name, case_id in ids.items()}
+
+    page.get_by_role("button", name="Show").focus()
+    page.keyboard.press("Tab")
+    expect(node["start"]).to_be_focused()
+    expect(node["start"]).to_have_attribute("aria-expanded", "false")
+    page.keyboard.press("ArrowRight")  # opens the branch, loading it
+    expect(node["start"]).to_have_attribute("aria-expanded", "true")
+    expect(node["fast"]).to_be_visible()
+    expect(node["start"]).to_be_focused()
+
+    page.keyboard.press("ArrowRight")  # into the branch
+    expect(node["fast"]).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(node["broken"]).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowRight")
+    expect(node["faster"]).to_be_visible()
+    page.keyboard.press("End")
+    expect(node["broken"]).to_be_focused()
+    page.keyboard.press("Home")
+    expect(node["start"]).to_be_focused()
+
+    page.keyboard.press("ArrowLeft")  # closes the branch
+    expect(node["start"]).to_have_attribute("aria-expanded", "false")
+    expect(node["fast"]).to_be_hidden()
+    page.keyboard.press("ArrowDown")  # nothing shown below it
+    expect(node["start"]).to_be_focused()
+    page.keyboard.press("Shift+Tab")  # one tab stop: back out to the filters
+    expect(page.get_by_role("button", name="Show")).to_be_focused()
+
+    page.keyboard.press("Tab")
+    expect(node["start"]).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"Case #{ids['start']}")
+    assert forest_page.csp_violations == []

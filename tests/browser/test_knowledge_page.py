@@ -17,7 +17,7 @@ from tests.memory.test_knowledge_pages import LOOP_ORDER, TILING, propose, recor
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -48,10 +48,7 @@ def test_searching_the_knowledge_base(
         page = chromium.new_page(viewport={"width": 1280, "height": 900})
         violations: list[str] = []
         page.on("console", lambda m: violations.append(m.text) if "Refused" in m.text else None)
-        page.goto(f"{url}/accounts/login/?next=/t/library/knowledge/")
-        page.locator("#id_username").fill(viewer.user.username)
-        page.locator("#id_password").fill("pw-for-tests")
-        page.get_by_role("button", name="Log in").click()
+        log_in(page, url, viewer, "/t/library/knowledge/")
         expect(page.get_by_role("heading", level=1)).to_have_text("Knowledge base")
         expect(page.locator("#results li.result")).not_to_have_count(0)  # the newest items
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
@@ -16,7 +16,7 @@ from tests.factories import MembershipFactory, TeamFactory
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -46,13 +46,6 @@ def people(transactional_db: None) -> tuple[Membership, Membership, list[Rule]]:
     reviewer = MembershipFactory(team=team, role=Role.REVIEWER)
     viewer = MembershipFactory(team=team, role=Role.VIEWER)
     return reviewer, viewer, rules
-
-
-def log_in(page: Page, url: str, membership: Membership, path: str) -> None:
-    page.goto(f"{url}/accounts/login/?next={path}")
-    page.locator("#id_username").fill(membership.user.username)
-    page.locator("#id_password").fill("pw-for-tests")
-    page.get_by_role("button", name="Log in").click()
 
 
 def test_a_reviewer_approves_and_vetoes_and_a_viewer_cannot_approve(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -15,7 +16,7 @@ from tests.factories import MembershipFactory, TeamFactory, stored_builtin
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, log_in, script_errors
 
 pytestmark = [
     pytest.mark.browser,
@@ -31,10 +32,19 @@ def engineer(transactional_db: None) -> Membership:
     return MembershipFactory(team=TeamFactory(slug="watch", name="Watch"), role=Role.ENGINEER)
 
 
-def journal_seqs(page: Page, url: str, session_id: str) -> list[int]:
+def journal(page: Page, url: str, session_id: str) -> list[dict[str, Any]]:
     response = page.request.get(f"{url}/api/teams/watch/sessions/{session_id}/events?limit=1000")
     assert response.ok, response.text()
-    return [event["seq"] for event in response.json()["items"]]
+    events: list[dict[str, Any]] = response.json()["items"]
+    return events
+
+
+def journal_seqs(page: Page, url: str, session_id: str) -> list[int]:
+    return [event["seq"] for event in journal(page, url, session_id)]
+
+
+def links(page: Page, selector: str) -> list[str]:
+    return page.locator(selector).evaluate_all("links => links.map(a => a.getAttribute('href'))")
 
 
 def log_seqs(page: Page) -> list[int]:
@@ -52,15 +62,14 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         celery_worker(env, "agent", "agent@page"),
     ):
         page = chromium.new_page()
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/accounts/login/?next=/t/watch/sessions/new/")
-        page.locator("#id_username").fill(engineer.user.username)
-        page.locator("#id_password").fill("pw-for-tests")
-        page.get_by_role("button", name="Log in").click()
+        errors = script_errors(page)
+        log_in(page, url, engineer, "/t/watch/sessions/new/")
         expect(page.get_by_role("heading", level=1)).to_have_text("Launch a session")
+        launch = page.get_by_role("button", name="Launch")
+        where_before = launch.bounding_box()
         page.locator("#id_operators").select_option("gemm")
+        expect(page.locator("#estimate")).to_contain_text("Size of the run: 1 operator")
+        assert launch.bounding_box() == where_before, "the estimate moved the Launch button"
         page.locator("#id_rounds").fill("3")
         page.locator("#id_repeats").fill("5")
         page.get_by_role("button", name="Launch").click()
@@ -92,6 +101,12 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         expect(page.locator("#operators")).to_contain_text("finished: round budget spent")
         cases = page.locator('#event-log li[data-kind="case_recorded"]').count()
         assert cases >= 3
+        # every case arrived live (the page was open before the first), each with its link
+        case_pages = [f"/t/watch/cases/{event['case']}/" for event in journal(page, url, session_id)
+                      if event["kind"] == "case_recorded"]  # fmt: skip
+        assert len(case_pages) == cases
+        assert links(page, '#event-log li[data-kind="case_recorded"] a') == case_pages
+        assert sorted(links(page, "#latency-table tbody a")) == sorted(case_pages)
         expect(page.locator("#latency-chart .scatterlayer path.point")).to_have_count(cases)
         expect(page.locator("#context")).to_contain_text("of 12000 tokens")
         expect(page.locator("#context")).to_contain_text("cold")

@@ -13,7 +13,7 @@ from tests.factories import MembershipFactory, TeamFactory
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -36,10 +36,7 @@ def test_checking_workers_shows_each_queues_answer_live(
         page = chromium.new_page()
         violations: list[str] = []
         page.on("console", lambda m: violations.append(m.text) if "Refused" in m.text else None)
-        page.goto(f"{url}/accounts/login/?next=/t/live/workers/")
-        page.locator("#id_username").fill(membership.user.username)
-        page.locator("#id_password").fill("pw-for-tests")
-        page.get_by_role("button", name="Log in").click()
+        log_in(page, url, membership, "/t/live/workers/")
         expect(page.get_by_role("heading", level=1)).to_have_text("Workers")
         expect(page.get_by_role("cell", name="browser-check@test")).to_be_visible()
 

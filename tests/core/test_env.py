@@ -8,6 +8,7 @@ from kope_web.env import (
     env_database_url,
     env_float,
     env_int,
+    env_log_level,
     env_redis_url,
     env_secret,
 )
@@ -70,12 +71,23 @@ from kope_web.env import (
             lambda: env_redis_url("REDIS_URL"),
             "REDIS_URL must start with redis://",
         ),
+        (
+            "KOPE_LOG_LEVEL",
+            "loud",
+            lambda: env_log_level("KOPE_LOG_LEVEL", "INFO"),
+            "KOPE_LOG_LEVEL='loud' is not a log level",
+        ),
     ],
 )
 def test_a_malformed_value_names_the_variable(monkeypatch, name, value, read, message) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ImproperlyConfigured, match=message.replace("(", r"\(")):
         read()
+
+
+def test_a_log_level_may_be_written_in_lower_case(monkeypatch) -> None:
+    monkeypatch.setenv("KOPE_LOG_LEVEL", "debug")
+    assert env_log_level("KOPE_LOG_LEVEL", "INFO") == "DEBUG"
 
 
 def test_a_database_url_becomes_a_django_database(monkeypatch) -> None:

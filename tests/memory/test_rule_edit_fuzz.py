@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.test import Client
+from django.utils.html import escape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -97,7 +98,7 @@ def test_any_edit_is_a_new_version_or_a_domain_error_with_nothing_stored(
 
 @FUZZ
 @given(statement=TEXT, applies_when=TEXT, comment=TEXT)
-def test_the_review_page_answers_any_edit_with_a_redirect_and_a_message(
+def test_the_review_page_answers_any_edit_with_a_message_and_keeps_a_refused_one(
     rule: Rule, client_for: Callable[[Role | str], Client], statement: str, applies_when: str,
     comment: str,
 ) -> None:  # fmt: skip
@@ -107,11 +108,14 @@ def test_the_review_page_answers_any_edit_with_a_redirect_and_a_message(
         f"/t/{rule.team.slug}/review/{rule.pk}/edit/",
         {"statement": statement, "applies_when": applies_when, "comment": comment},
     )
-    assert response.status_code == 302
     [message] = list(get_messages(response.wsgi_request))
     if message.level_tag == "error":
+        assert response.status_code == 400
         assert rows(rule)[:2] == (versions, transitions)
+        # the page again, the reviewer's wording in the form (escaped), nothing lost
+        assert escape(statement) in response.content.decode()
     else:
+        assert response.status_code == 302
         assert rows(rule)[:2] == (versions + 1, transitions + 1)
 
 

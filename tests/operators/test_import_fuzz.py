@@ -151,6 +151,18 @@ def test_a_python_file_the_importer_cannot_use_fails_with_its_reason(
     assert (found.failure, found.definition) == (failure, None)
 
 
+def test_control_characters_a_docstring_spells_as_escapes_are_left_out_of_the_description(
+    tmp_path: Path,
+) -> None:
+    source = RELU_PY.replace(
+        "class Model(nn.Module):", 'class Model(nn.Module):\n    "a\\0b\\x1bc"'
+    )
+    (tmp_path / "p.py").write_text(source)
+    found = kernelbench.found_problem(tmp_path / "p.py", root=tmp_path, scale=0.5)
+    assert found.definition is not None
+    assert found.definition.spec.description == "abc"
+
+
 @FUZZ
 @given(st.one_of(NOISE, spliced(RELU_PY)))
 def test_a_kernelbench_file_gives_a_definition_a_skip_or_a_failure(
@@ -208,6 +220,8 @@ def test_an_npukernelbench_folder_gives_a_definition_or_a_failure(
         ("order = 10", "order = 10\ntolerance = { max_abs = nan }",
          "tolerances must be positive and finite"),
         ("order = 10", "x = " + "[" * 5000 + "]" * 5000, "not valid TOML: nested too deeply"),
+        ("order = 10", "order = 1" + "0" * 5000,
+         "not valid TOML: Exceeds the limit \\(4300 digits\\)"),
     ],
 )  # fmt: skip
 def test_an_operator_toml_that_cannot_be_used_is_a_spec_error(

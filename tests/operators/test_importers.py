@@ -217,3 +217,25 @@ def test_a_reader_that_fails_unexpectedly_ends_the_run_failed_with_the_reason(
     assert run.error == (f"could not list the problems in {SAMPLES / 'npukernelbench'}: "
                          "KeyError: 'level'")  # fmt: skip
     assert run.report == [] and not Operator.objects.filter(team=team).exists()
+
+
+@pytest.mark.parametrize("scalar", ["float('inf')", "float('nan')"])
+def test_a_scalar_input_with_no_finite_value_fails_its_problem_saying_which(
+    team: Team, tmp_path: Path, scalar: str
+) -> None:
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "1_Scale.py").write_text(
+        (SAMPLES / "kernelbench" / "level1" / "1_ReLU.py").read_text()
+        .replace("def forward(self, x: torch.Tensor)", "def forward(self, x: torch.Tensor, s)")
+        .replace("return [x]", f"return [x, {scalar}]")
+    )  # fmt: skip
+
+    run = run_import(tmp_path, team)
+
+    [(outcome, reason)] = outcomes(run).values()
+    assert outcome == "failed"
+    value = scalar[7:10]
+    assert reason == (f"case default: input 1 of the reference is the scalar {value}; a scalar "
+                      "input becomes an attribute, which must be finite")  # fmt: skip
+    assert not Operator.objects.filter(team=team).exists()

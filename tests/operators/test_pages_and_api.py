@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.operators.models import ImportRun
+from apps.operators.models import ImportRun, Operator
 from apps.operators.services import suite_set
 from tests.factories import TeamFactory, stored_builtin
 
@@ -68,19 +69,43 @@ def test_another_teams_operator_is_not_found(viewer: Client) -> None:
 @pytest.mark.usefixtures("operators")
 def test_an_engineer_edits_the_teams_operator_into_a_new_version(engineer: Client) -> None:
     form = {"name": "Prefix sum", "description": "y[i] = x[0] + ... + x[i]",
-            "max_abs": "0.001", "max_rel": "0.001"}  # fmt: skip
+            "max_abs": "0.001", "max_rel": "0.001", "based_on": "1"}  # fmt: skip
     response = engineer.post("/t/kernels/operators/cumsum/edit/", form)
     assert response.status_code == 302 and response["Location"].endswith("?v=2")
 
     page = engineer.get(response["Location"]).content.decode()
     assert "Prefix sum" in page and "version 2" in page and "Saved as version 2." in page
+    assert 'name="based_on" value="2"' in page
     old = engineer.get("/t/kernels/operators/cumsum/?v=1").content.decode()
     assert "Cumulative sum" in old and "newest is v2" in old
+    assert "Save as a new version" not in old  # its values would undo version 2
+
+
+@pytest.mark.usefixtures("operators")
+def test_an_edit_from_a_page_older_than_the_newest_version_is_kept_and_not_saved(
+    engineer: Client,
+) -> None:
+    first = {"name": "Prefix sum", "description": "by Ann", "max_abs": "0.001",
+             "max_rel": "0.001", "based_on": "1"}  # fmt: skip
+    assert engineer.post("/t/kernels/operators/cumsum/edit/", first).status_code == 302
+    stale = {**first, "name": "Running total", "description": "by Bob"}
+
+    response = engineer.post("/t/kernels/operators/cumsum/edit/", stale)
+
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert ("the edit was made to version 1 of cumsum, but the newest is version 2: look at its "
+            "changes and edit that one; nothing was saved") in page  # fmt: skip
+    assert "Running total" in page and "by Bob" in page  # the editor's changes, kept
+    assert 'name="based_on" value="2"' in page  # saving again saves them over version 2
+    assert Operator.objects.get(slug="cumsum").versions.count() == 2
+    again = engineer.post("/t/kernels/operators/cumsum/edit/", {**stale, "based_on": "2"})
+    assert again.status_code == 302 and again["Location"].endswith("?v=3")
 
 
 @pytest.mark.usefixtures("operators")
 def test_a_bad_edit_is_shown_again_with_the_reason(engineer: Client) -> None:
-    form = {"name": "x", "description": "y", "max_abs": "-1", "max_rel": "0.001"}
+    form = {"name": "x", "description": "y", "max_abs": "-1", "max_rel": "0.001", "based_on": "1"}
     response = engineer.post("/t/kernels/operators/cumsum/edit/", form)
     assert response.status_code == 400
     assert "Ensure this value is greater than or equal to" in response.content.decode()
@@ -155,3 +180,20 @@ def test_the_api_edits_only_the_teams_own_operators(engineer: Client, viewer: Cl
     denied = viewer.patch("/api/teams/kernels/operators/cumsum", {"max_rel": 1e-4},
                           content_type="application/json")  # fmt: skip
     assert denied.status_code == 403
+
+
+@pytest.mark.usefixtures("operators")
+def test_an_api_edit_based_on_an_older_version_is_a_conflict(engineer: Client) -> None:
+    def edit(body: dict[str, object]) -> Any:
+        return engineer.patch(
+            "/api/teams/kernels/operators/cumsum", body, content_type="application/json"
+        )
+
+    assert edit({"max_rel": 1e-4, "based_on": 1}).status_code == 201
+    stale = edit({"max_rel": 1e-5, "based_on": 1})
+    assert stale.status_code == 409
+    assert stale.json()["error"]["message"] == (
+        "the edit was made to version 1 of cumsum, but the newest is version 2: look at its "
+        "changes and edit that one; nothing was saved"
+    )
+    assert edit({"max_rel": 1e-5, "based_on": 2}).json()["version"] == 3

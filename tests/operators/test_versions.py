@@ -44,6 +44,15 @@ def test_only_the_newest_version_can_be_edited(team: Team) -> None:
         version_edit(version=first, user=None, description="from an old page")
 
 
+def test_an_edit_based_on_an_older_version_is_refused(team: Team) -> None:
+    first = stored_builtin("vector_add", team)
+    second, _ = version_edit(version=first, user=None, description="newer", based_on=1)
+    with pytest.raises(Conflict, match="the edit was made to version 1 of vector_add, but the "
+                       "newest is version 2"):  # fmt: skip
+        version_edit(version=second, user=None, description="from an old page", based_on=1)
+    assert first.operator.versions.count() == 2
+
+
 def test_an_edit_is_validated_like_a_spec(team: Team) -> None:
     first = stored_builtin("vector_add", team)
     with pytest.raises(DomainError, match="tolerances must be positive"):

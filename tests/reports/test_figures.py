@@ -14,7 +14,6 @@ from apps.reports.figures import (
     suite_figures,
 )
 from apps.reports.redact import redacted, setting_secrets
-from apps.reports.render import md_cell
 from apps.reports.svg import bar_chart, latency_chart
 
 
@@ -89,10 +88,6 @@ def test_charts_escape_what_they_draw_and_mark_missing_values() -> None:
     assert chart.startswith("<svg") and ">2.00x</text>" in chart and ">-</text>" in chart
     empty = latency_chart("relu", [(0, None, False)])
     assert "no correct attempt" in empty and 'fill="#c0392b"' in empty
-
-
-def test_markdown_cells_keep_pipes_and_newlines_from_breaking_the_table() -> None:
-    assert md_cell("a | b\nc") == "a \\| b c"
 
 
 def test_the_secrets_are_the_secret_settings_and_passwords_in_urls(settings) -> None:

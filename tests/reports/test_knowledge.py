@@ -131,3 +131,43 @@ def test_only_reviewers_and_admins_import(team: Team, other_team: Team, role: Ro
         knowledge_import(team=other_team, user=user, filename="kb.json",
                          raw=exported(team, "json"))  # fmt: skip
     assert not Rule.objects.filter(team=other_team).exists()
+
+
+def test_an_import_that_fails_unexpectedly_is_recorded_failed_not_left_running(
+    team: Team, other_team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug or a database error mid-import (injected here) rolls the rules back and ends its
+    record failed with the reason, never a record left "running" forever."""
+    knowledge_of(team)
+    raw = exported(team, "json")
+    reviewer = MembershipFactory(team=other_team, role=Role.REVIEWER).user
+
+    def broken(**_: object) -> Rule:
+        raise RuntimeError("the rule store broke")
+
+    monkeypatch.setattr("apps.reports.services.rule_propose", broken)
+    with pytest.raises(RuntimeError):
+        knowledge_import(team=other_team, user=reviewer, filename="kb.json", raw=raw)
+
+    record = Export.objects.get(team=other_team, kind="knowledge_import")
+    assert record.status == "failed" and record.finished_at is not None
+    assert record.error == "kb.json: RuntimeError: the rule store broke"
+    assert not Rule.objects.filter(team=other_team).exists()
+
+
+def test_a_file_from_a_team_with_a_long_name_imports_and_its_summary_is_cut(
+    team: Team, other_team: Team
+) -> None:
+    """The summary names the source team; a name of any length must not break the import."""
+    knowledge_of(team)
+    data = json.loads(exported(team, "json"))
+    data["team"]["name"] = "A team with a very long name " * 10
+    reviewer = MembershipFactory(team=other_team, role=Role.REVIEWER).user
+
+    export = knowledge_import(team=other_team, user=reviewer, filename="kb.json",
+                              raw=json.dumps(data).encode())  # fmt: skip
+
+    assert export.status == "done"
+    assert export.progress_text.startswith("2 rules from A team with a very long name")
+    assert len(export.progress_text) == 200
+    assert Rule.objects.filter(team=other_team).count() == 2

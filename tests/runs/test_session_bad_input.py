@@ -62,7 +62,7 @@ def test_the_launch_form_names_only_the_unknown_choice(
     )
 
     errors = response.context["form"].errors
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert list(errors) == [field]
     assert "no-such-" in errors[field][0]
     assert "(one of the two)" not in response.content.decode()

@@ -47,7 +47,7 @@ def test_the_launch_form_says_what_is_missing(
         "policy": "offline", "memory_mode": "off", "rounds": "4", "plateau": "2",
         "repeats": "20", "seed": "0"})  # fmt: skip
 
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "Pick operators or a suite" in response.content.decode()
     assert not OptimizationSession.objects.exists()
 
@@ -135,6 +135,9 @@ def test_the_session_page_charts_every_attempt_and_shows_what_was_adopted_and_wh
     assert [(a["iteration"], a["outcome"], a["latency_ms"]) for a in attempts] == [
         (0, "no_change", 4.0), (1, "incorrect", None), (2, "improved", 1.0)]  # fmt: skip
     assert chart["versions"] == {str(version.pk): "relu"}
+    case_ids = [a["case"] for a in attempts]
+    for case_id in case_ids:  # the event log links each case the journal recorded
+        assert f'<a href="/t/{team.slug}/cases/{case_id}/">case {case_id}</a></li>' in page
     context = client.get(f"/t/{team.slug}/sessions/{session.pk}/?part=context").content.decode()
     assert "relu #3: 900 of 12000 tokens" in context
     assert "<strong>yes</strong>: simd paid 3x on gelu" in context

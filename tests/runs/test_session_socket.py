@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from apps.accounts.roles import Role
 from apps.memory.journal import journal_append, publish_event
+from apps.memory.models import Case
 from apps.runs.consumers import SessionEventsConsumer
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
@@ -75,6 +76,39 @@ def republish_latest(session_id: int) -> None:
     from apps.memory.models import JournalEvent
 
     publish_event(JournalEvent.objects.filter(session_id=session_id).order_by("-seq")[0])
+
+
+def record_case(session_id: int, version_id: int, iteration: int) -> int:
+    event = journal_append(session_id=session_id, kind="case_recorded", payload={
+        "iteration": iteration, "version_id": version_id, "target": "cpu-c",
+        "strategy": "start", "outcome": "no_change", "correct": True})  # fmt: skip
+    return event.pk
+
+
+def test_a_recorded_case_comes_with_its_id_from_the_journal_and_live(
+    transactional_db: None,
+) -> None:
+    relu = stored_builtin("relu")
+    member = MembershipFactory(role=Role.VIEWER)
+    session = session_create(team=member.team, user=None, operators=["relu"], start=False)
+    note(session.pk, "one")
+    recorded = [record_case(session.pk, relu.pk, 0)]
+
+    async def watch() -> list[tuple[str, int | None]]:
+        socket = communicator(session.pk, member.user, after=0)
+        connected, _ = await socket.connect()
+        assert connected
+        seen = [json.loads(await socket.receive_from(timeout=10)) for _ in range(2)]
+        recorded.append(await sync(record_case)(session.pk, relu.pk, 1))  # live
+        seen.append(json.loads(await socket.receive_from(timeout=10)))
+        await socket.disconnect()
+        return [(event["kind"], event["case"]) for event in seen]
+
+    seen = async_to_sync(watch)()
+
+    assert seen == [("session_note", None), ("case_recorded", recorded[0]),
+                    ("case_recorded", recorded[1])]  # fmt: skip
+    assert set(Case.objects.filter(session=session).values_list("pk", flat=True)) == set(recorded)
 
 
 def test_another_teams_session_cannot_be_watched(transactional_db: None) -> None:

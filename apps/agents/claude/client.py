@@ -269,8 +269,8 @@ def describe_failure(exc: Exception, timeout_s: float) -> _Failure:
     if isinstance(exc, anthropic.APIConnectionError):
         return _Failure("transient", f"connection error: {_cause_of(exc)}")
     if isinstance(exc, httpx2.TransportError):
-        # The SDK wraps transport errors only while sending; once a stream is open, a dropped
-        # connection or a read timeout reaches us as httpx2's own exception.
+        # SDKs before 2.17 wrap transport errors only while sending: a connection dropped or a
+        # read timed out once a stream is open reaches us as httpx2's own exception.
         return _Failure("transient", f"stream interrupted: {type(exc).__name__}: {exc}")
     if isinstance(exc, anthropic.APIStatusError):
         return _status_failure(exc)

@@ -8,6 +8,7 @@ A problem defines `class Model(nn.Module)`, module-level size constants, `get_in
 from __future__ import annotations
 
 import ast
+import unicodedata
 from pathlib import Path
 
 from apps.operators.definitions import OperatorDefinition
@@ -96,7 +97,13 @@ def _is_int(node: ast.expr) -> bool:
 def description_of(tree: ast.Module, name: str) -> str:
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     text = ast.get_docstring(model) or ast.get_docstring(tree) or ""
-    return text.strip() or f"KernelBench problem {name}."
+    return without_control_characters(text).strip() or f"KernelBench problem {name}."
+
+
+def without_control_characters(text: str) -> str:
+    """A docstring may spell a NUL or another control character as an escape (`'\\0'`):
+    PostgreSQL's jsonb stores no NUL, and none of them means anything in a description."""
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
 
 
 def problem_definition(

@@ -32,12 +32,14 @@ PR_SET_PDEATHSIG = 1
 
 
 class Command(BaseCommand):
-    help = "Start database, migrations, first admin, web server and worker; Ctrl-C stops all."
+    help = "Start database, migrations, first admin, web server and workers; Ctrl-C stops all."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--host", default=settings.KOPE_HOST)
-        parser.add_argument("--port", type=int, default=settings.KOPE_PORT)
-        parser.add_argument("--no-worker", action="store_true", help="web server only")
+        parser.add_argument("--host", default=settings.KOPE_HOST, help="default: KOPE_HOST")
+        parser.add_argument(
+            "--port", type=int, default=settings.KOPE_PORT, help="default: KOPE_PORT"
+        )
+        parser.add_argument("--no-worker", action="store_true", help="web server only, no workers")
 
     def handle(self, *args: Any, host: str, port: int, no_worker: bool, **options: Any) -> None:
         started_at = float(os.environ.get("KOPE_STARTED_AT") or time.time())

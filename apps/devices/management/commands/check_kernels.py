@@ -15,7 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("slugs", nargs="*", help="operators to check (default: all)")
-        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--seed", type=int, default=1, help="input seed (default: 1)")
 
     def handle(self, *args: Any, slugs: list[str], seed: int, **options: Any) -> None:
         folders = [f for f in read_builtin_suite() if not slugs or f.spec.slug in slugs]

@@ -10,10 +10,17 @@ from django.core.management.base import CommandError
 from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
-from apps.devices.evaluator import EvalSettings
+from apps.devices.evaluator import EVAL_BOUNDS, EvalSettings
 from apps.devices.services import MAX_SOURCE_BYTES, evaluation_execute, evaluation_request
 from apps.devices.verdicts import describe_verdict
 from apps.operators.selectors import operator_get, version_get
+
+MEASUREMENT_OPTIONS = {
+    "seeds": "fresh input seeds per case",
+    "warmup": "warm-up calls",
+    "repeats": "timed calls",
+    "threads": "threads",
+}
 
 
 class Command(DatabaseCommand):
@@ -30,10 +37,11 @@ class Command(DatabaseCommand):
         parser.add_argument("--debug", action="store_true", help="add an ASan + UBSan run")
         parser.add_argument("--no-timing", action="store_true", help="check correctness only")
         parser.add_argument("--flags", default="", help="extra gcc flags from the allowlist")
-        parser.add_argument("--seeds", type=int, default=settings.KOPE_EVAL_SEEDS)
-        parser.add_argument("--warmup", type=int, default=settings.KOPE_EVAL_WARMUP)
-        parser.add_argument("--repeats", type=int, default=settings.KOPE_EVAL_REPEATS)
-        parser.add_argument("--threads", type=int, default=settings.KOPE_EVAL_THREADS)
+        for name, what in MEASUREMENT_OPTIONS.items():
+            low, high = EVAL_BOUNDS[name]
+            setting = f"KOPE_EVAL_{name.upper()}"
+            parser.add_argument(f"--{name}", type=int, default=getattr(settings, setting),
+                                help=f"{what}, {low}-{high} (default: {setting})")  # fmt: skip
         parser.add_argument("--rerun", action="store_true", help="ignore a stored verdict")
         parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
 

@@ -39,7 +39,11 @@ class Command(BaseCommand):
             default=3,
             help="evaluations per operator, for the spread of the timings",
         )
-        parser.add_argument("--output-dir", default=str(REPORT_DIR))
+        parser.add_argument(
+            "--output-dir",
+            default=str(REPORT_DIR),
+            help="where the report goes (default: docs/gpu)",
+        )
         parser.add_argument("--allow-interpreter", action="store_true",
                             help="without a GPU, run the correctness path in Triton's "
                             "interpreter instead of stopping (nothing is timed)")  # fmt: skip

@@ -15,8 +15,8 @@ class Command(DatabaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--team", help="also show this team's own operators")
-        parser.add_argument("--family", choices=FAMILIES)
-        parser.add_argument("--level", type=int, choices=[1, 2, 3])
+        parser.add_argument("--family", choices=FAMILIES, help="only this family")
+        parser.add_argument("--level", type=int, choices=[1, 2, 3], help="only this level")
 
     def handle(self, *args: Any, team: str | None, family: str | None, level: int | None,
                **options: Any) -> None:  # fmt: skip
