@@ -5,11 +5,15 @@ tests/test_concurrent_actions.py."""
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client, RequestFactory
 from django.utils import timezone
 
@@ -136,6 +140,50 @@ def test_a_retry_while_the_first_is_answered_is_a_conflict_and_after_a_lost_one_
     assert lost.status_code == 201
     assert IdempotentRequest.objects.get().status == 201
     assert OptimizationSession.objects.count() == 1
+
+
+@contextmanager
+def database_refusing(statement: str) -> Iterator[None]:
+    """PostgreSQL fails every UPDATE or DELETE of a kept request, as a full disk would."""
+    table = IdempotentRequest._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION USING ERRCODE = 'disk_full', "
+            "MESSAGE = 'could not extend file: No space left on device'; END $$"
+        )
+        cursor.execute(f"CREATE TRIGGER refuse BEFORE {statement} ON {table} "
+                       "FOR EACH ROW EXECUTE FUNCTION refuse()")  # fmt: skip
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER refuse ON {table}")
+        cursor.execute("DROP FUNCTION refuse()")
+
+
+def test_an_answer_that_cannot_be_kept_still_reaches_its_client_and_is_not_done_twice(
+    team: Team, admin: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = script(admin)
+    with database_refusing("UPDATE"), caplog.at_level(logging.ERROR):
+        launched = post(client, sessions_url(team), LAUNCH)
+
+    assert launched.status_code == 201
+    assert launched.json()["id"] == OptimizationSession.objects.get().pk
+    assert "Could not keep the answer to POST" in caplog.text
+    # the key stays claimed with no answer: a retry waits, as after a crash, not a second run
+    assert post(client, sessions_url(team), LAUNCH).status_code == 409
+    assert OptimizationSession.objects.count() == 1
+
+
+def test_a_refusal_whose_key_cannot_be_let_go_still_reaches_its_client(
+    team: Team, admin: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    with database_refusing("DELETE"), caplog.at_level(logging.ERROR):
+        refused = post(script(admin), sessions_url(team), {"operators": ["no-such-operator"]})
+
+    assert refused.status_code in (400, 404)
+    assert "no-such-operator" in refused.json()["error"]["message"]
+    assert "Could not let the Idempotency-Key launch-1 go" in caplog.text
 
 
 def test_keys_a_day_old_are_forgotten_everyones_at_once(team: Team, admin: User) -> None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -37,6 +38,7 @@ ABANDONED_AFTER = timedelta(minutes=5)
 CHANGING_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 MAX_KEY_LENGTH = 255
 ViewFunction = TypeVar("ViewFunction", bound=Callable[..., Any])
+logger = logging.getLogger(__name__)
 
 
 class KeyReused(DomainError):
@@ -191,16 +193,30 @@ def settle(request: HttpRequest, response: HttpResponseBase) -> None:
     if not (200 <= response.status_code < 300 and isinstance(response, HttpResponse)):
         release(request)
         return
-    IdempotentRequest.objects.filter(pk=record.pk).update(
-        status=response.status_code, content_type=response.get("Content-Type", ""),
-        body=response.content,
-    )  # fmt: skip
+    try:
+        with transaction.atomic():
+            IdempotentRequest.objects.filter(pk=record.pk).update(
+                status=response.status_code, content_type=response.get("Content-Type", ""),
+                body=response.content,
+            )  # fmt: skip
+    except DatabaseError:
+        # The change is made, so its answer still goes out. A retry finds the key claimed with
+        # no answer: a conflict until the claim counts as lost, as after a crash.
+        logger.exception("Could not keep the answer to %s %s (%s %s)", request.method,
+                         request.get_full_path(), HEADER, record.key)  # fmt: skip
 
 
 def release(request: HttpRequest) -> None:
     record: IdempotentRequest | None = getattr(request, "idempotency_claim", None)
-    if record is not None:
-        IdempotentRequest.objects.filter(pk=record.pk, status=None).delete()
+    if record is None:
+        return
+    try:
+        with transaction.atomic():
+            IdempotentRequest.objects.filter(pk=record.pk, status=None).delete()
+    except DatabaseError:
+        # Whatever failed the request is what its client should hear; the claim counts as
+        # lost after ABANDONED_AFTER.
+        logger.exception("Could not let the %s %s go", HEADER, record.key)
 
 
 def document_header(schema: dict[str, Any]) -> None:
