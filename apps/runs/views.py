@@ -16,6 +16,7 @@ from apps.accounts.roles import Permission
 from apps.core.code_html import c_code_html
 from apps.core.errors import DomainError
 from apps.core.pages import page_of
+from apps.memory.journal import case_of
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 from apps.runs.config import Measurement, SessionConfig
@@ -124,7 +125,7 @@ def session_detail(request: HttpRequest, membership: Membership, session_id: int
     context = {
         "section": "sessions", "session": session, "config": config,
         "operators": operator_rows(session), "can_run": membership.allows(Permission.RUN),
-        "events": [(e, event_summary(e.kind, e.payload)) for e in events],
+        "events": [(e, event_summary(e.kind, e.payload), case_of(e)) for e in events],
         "last_seq": events[-1].seq if events else 0,
         "first_shown": events[0].seq if events else 0,
         "chart": chart, "chart_rows": chart["attempts"].get(chart["operator"], []),
