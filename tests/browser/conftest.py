@@ -212,6 +212,11 @@ def script_errors(page: Page) -> list[str]:
 def log_in(page: Page, url: str, membership: Membership, path: str) -> None:
     """Log in through the login page (the factories' password), which then opens `path`."""
     page.goto(f"{url}/accounts/login/?next={path}")
+    submit_login(page, membership)
+
+
+def submit_login(page: Page, membership: Membership) -> None:
+    """Fill in the login page shown with the member's name and the factories' password."""
     page.locator("#id_username").fill(membership.user.username)
     page.locator("#id_password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()

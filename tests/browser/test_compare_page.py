@@ -17,7 +17,7 @@ from tests.memory.test_compare_pages import small_vector_add, two_cases
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, submit_login
 
 pytestmark = [
     pytest.mark.browser,
@@ -52,9 +52,7 @@ def test_comparing_two_cases_shows_the_diff_the_timeline_and_profiles(
         assert headers["x-frame-options"] == "DENY"
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["referrer-policy"] == "same-origin"
-        page.locator("#id_username").fill(engineer.user.username)
-        page.locator("#id_password").fill("pw-for-tests")
-        page.get_by_role("button", name="Log in").click()
+        submit_login(page, engineer)
         page.get_by_role("link", name="Compare with its parent").click()
         expect(page.get_by_role("heading", level=1)).to_have_text(f"Case #{a} and case #{b}")
 

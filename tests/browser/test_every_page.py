@@ -42,7 +42,7 @@ from tests.memory.test_knowledge_pages import LOOP_ORDER, TILING, propose
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, submit_login
 
 pytestmark = [
     pytest.mark.browser,
@@ -146,9 +146,7 @@ def watched_page(browser: Browser, problems: PageProblems, scheme: str) -> Page:
 def log_in(page: Page, problems: PageProblems, url: str, membership: Membership, path: str
            ) -> None:  # fmt: skip
     visit(page, problems, f"{url}/accounts/login/?next={path}")
-    page.locator("#id_username").fill(membership.user.username)
-    page.locator("#id_password").fill("pw-for-tests")
-    page.get_by_role("button", name="Log in").click()
+    submit_login(page, membership)
     page.wait_for_url(f"{url}{path}")
 
 
