@@ -30,13 +30,17 @@ def case_rows(session: OptimizationSession) -> list[dict[str, Any]]:
         .select_related("version__operator", "source")
         .order_by("iteration", "pk")
     )
+    incumbents = {
+        e.payload.get("case_id") for e in session_events(session, ("incumbent_replaced",))
+    }
     return [
         {
             "id": c.pk, "operator": c.version.operator.slug, "operator_version": c.version.number,
             "iteration": c.iteration, "parent_id": c.parent_id, "strategy": c.strategy,
             "tags": c.tags, "outcome": c.outcome, "correct": c.correct,
             "latency_ms": c.latency_ms, "speedup_vs_reference": c.speedup_vs_reference,
-            "speedup_vs_parent": c.speedup_vs_parent, "confidence": c.confidence,
+            "speedup_vs_parent": c.speedup_vs_parent, "new_incumbent": c.pk in incumbents,
+            "confidence": c.confidence,
             "source_sha256": c.source.sha256 if c.source else None,
             "verdict": {"validation": c.validation, "feedback": c.feedback},
             "retrieved": c.retrieved, "adopted": c.adopted, "created_at": iso(c.created_at),

@@ -79,10 +79,22 @@ def render_csv(data: dict[str, Any]) -> bytes:
     for s in data["sessions"]:
         common = {"session": s["session"]["id"], "memory_mode": s["session"]["memory_mode"]}
         for r in s["operators"]:
-            writer.writerow({**r, **common, "row": "operator"})
+            writer.writerow(inert({**r, **common, "row": "operator"}))
         for c in s["cases"]:
-            writer.writerow({**c, **common, "row": "case", "case_id": c["id"]})
+            writer.writerow(inert({**c, **common, "row": "case", "case_id": c["id"]}))
     return out.getvalue().encode()
+
+
+# A spreadsheet opening the CSV runs a cell that starts with one of these as a formula
+# (=HYPERLINK(...) sends data away): agent-written text must stay text (OWASP's advice).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with every text cell that a spreadsheet would read as a formula quoted by a
+    leading apostrophe, which spreadsheets show as text and do not display."""
+    return {key: f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS)
+            else value for key, value in row.items()}  # fmt: skip
 
 
 # --- HTML --------------------------------------------------------------------------------------
@@ -97,7 +109,7 @@ def session_charts(s: dict[str, Any]) -> list[str]:
          ("x naive start", [r["speedup_vs_naive"] for r in ops])],
     )]  # fmt: skip
     for name in names[:40]:  # past that the page is a wall of charts; the tables have them all
-        points = [(c["iteration"], c["latency_ms"], c["correct"])
+        points = [(c["iteration"], c["latency_ms"], c["correct"], c["new_incumbent"])
                   for c in s["cases"] if c["operator"] == name]  # fmt: skip
         charts.append(latency_chart(f"{name}: latency per attempt (ms)", points))
     return charts

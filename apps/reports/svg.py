@@ -71,12 +71,14 @@ def bar_chart(
     return _svg(LABEL_W + PLOT_W + 70, height, title, body)
 
 
-def latency_chart(title: str, points: list[tuple[int, float | None, bool]]) -> str:
-    """One operator's attempts: x the iteration, y the latency of each correct attempt (dots),
-    the incumbent (best so far) as a step line; incorrect attempts as red crosses on the axis."""
+def latency_chart(title: str, points: list[tuple[int, float | None, bool, bool]]) -> str:
+    """One operator's attempts (iteration, latency, correct, whether it became the incumbent):
+    x the iteration, y the latency of each correct attempt (dots), the incumbent as a line
+    (the journal's: a candidate with a lower latency timed minutes later may have lost when
+    timed beside it); incorrect attempts as red crosses on the axis."""
     width, height, left, bottom, right = 420, 180, 50, 150, 410
-    timed = [lat for _, lat, ok in points if ok and lat]
-    last = max([*(it for it, _, _ in points), 1])
+    timed = [lat for _, lat, ok, _ in points if ok and lat]
+    last = max([*(it for it, _, _, _ in points), 1])
     top = max([*timed, 1e-9]) * 1.1
 
     def xy(iteration: int, latency: float) -> tuple[float, float]:
@@ -92,9 +94,9 @@ def latency_chart(title: str, points: list[tuple[int, float | None, bool]]) -> s
         f'<text x="{left - 4}" y="{bottom}" text-anchor="end">0 ms</text>',
         f'<text x="{right}" y="{bottom + 14}" text-anchor="end">iteration {last}</text>',
     ]
-    best: float | None = None
+    incumbent: float | None = None
     steps: list[str] = []
-    for iteration, latency, ok in points:
+    for iteration, latency, ok, replaced in points:
         if not ok or not latency:
             x, _ = xy(iteration, 0)
             body.append(f'<text x="{x:.1f}" y="{bottom + 4}" fill="#c0392b" '
@@ -102,9 +104,11 @@ def latency_chart(title: str, points: list[tuple[int, float | None, bool]]) -> s
             continue
         x, y = xy(iteration, latency)
         body.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{COLORS[0]}"/>')
-        best = latency if best is None else min(best, latency)
-        bx, by = xy(iteration, best)
-        steps.append(f"{bx:.1f},{by:.1f}")
+        before, incumbent = incumbent, latency if replaced else incumbent
+        if before is not None and incumbent != before:  # a step, not a slope
+            steps.append("{:.1f},{:.1f}".format(*xy(iteration, before)))
+        if incumbent is not None:
+            steps.append("{:.1f},{:.1f}".format(*xy(iteration, incumbent)))
     if len(steps) > 1:
         body.append(f'<polyline points="{" ".join(steps)}" fill="none" stroke="{COLORS[1]}" '
                     f'stroke-width="1.5"/>')  # fmt: skip

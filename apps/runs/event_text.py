@@ -39,7 +39,17 @@ def _timed(p: Payload) -> str:
     detail = p.get("detail", {})
     if not p["ok"]:
         return f"not timed: {detail.get('reason') or 'refused'}"
-    return f"{_ms(detail.get('median_ms'))}, {_times(detail.get('speedup'))} vs PyTorch eager"
+    beside = detail.get("vs_baseline")
+    parent = f", {_times(beside)} vs its parent timed beside it" if beside is not None else ""
+    return (
+        f"{_ms(detail.get('median_ms'))}{parent}, {_times(detail.get('speedup'))} vs PyTorch eager"
+    )
+
+
+def _recorded(p: Payload) -> str:
+    vs_parent = p.get("speedup_vs_parent")
+    parent = f", {_times(vs_parent)} vs its parent" if vs_parent is not None else ""
+    return f"iteration {p['iteration']}: {p['outcome']}, {_ms(p.get('latency_ms'))}{parent}"
 
 
 def _finished(p: Payload) -> str:
@@ -75,9 +85,7 @@ SUMMARIES: dict[str, Callable[[Payload], str]] = {
     "compiled": lambda p: "compiled" if p["ok"] else "did not compile",
     "case_results": _correct,
     "timed": _timed,
-    "case_recorded": lambda p: (
-        f"iteration {p['iteration']}: {p['outcome']}, {_ms(p.get('latency_ms'))}"
-    ),
+    "case_recorded": _recorded,
     "incumbent_replaced": _replaced,
     "adoption_recorded": lambda p: f"adopted {len(p['adopted'])} of {len(p['retrieved'])} items",
     "stage_scored": lambda p: f"{p['operator']} {p['stage']} stage scored {p['score']:.3f}",

@@ -501,6 +501,8 @@ class Iteration:
         timed = verdict.get("timed")
         if timed is not None:
             detail = {k: timed.get(k) for k in ("case_id", "speedup", "reason", "threads")}
+            if "vs_baseline" in timed:
+                detail["vs_baseline"] = timed["vs_baseline"]
             if "candidate" in timed:
                 detail["median_ms"] = timed["candidate"]["median_ms"]
                 detail["reference_median_ms"] = timed["reference"]["median_ms"]

@@ -138,15 +138,24 @@ def session_detail(request: HttpRequest, membership: Membership, session_id: int
 def latency_chart(
     session: OptimizationSession, config: SessionConfig, chosen: str
 ) -> dict[str, Any]:
-    """Every attempt per operator (iteration, latency, outcome), for the latency chart; the
-    chosen operator is the one in the URL, else the latest one with attempts."""
+    """Every attempt per operator (iteration, latency, outcome, speedup over its parent timed
+    beside it, whether it became the incumbent), for the latency chart; the chosen operator is
+    the one in the URL, else the latest one with attempts. The incumbent is the journal's, not
+    the lowest latency: latencies of attempts timed minutes apart differ with the host's load,
+    and a candidate replaces the incumbent only when it is faster timed beside it."""
     slugs = {entry.version_id: entry.slug for entry in config.operators}
     attempts: dict[str, list[dict[str, Any]]] = {entry.slug: [] for entry in config.operators}
+    incumbents = set(
+        JournalEvent.objects.filter(session=session, kind="incumbent_replaced").values_list(
+            "payload__case_id", flat=True
+        )
+    )
     rows = (
         Case.objects.filter(session=session)
         .order_by("iteration", "pk")
-        .values("pk", "iteration", "version_id", "outcome", "correct", "latency_ms", "strategy")
-    )
+        .values("pk", "iteration", "version_id", "outcome", "correct", "latency_ms",
+                "speedup_vs_parent", "strategy")
+    )  # fmt: skip
     latest = ""
     for row in rows:
         slug = slugs.get(row["version_id"])
@@ -159,6 +168,8 @@ def latency_chart(
                 "outcome": row["outcome"],
                 "correct": row["correct"],
                 "latency_ms": row["latency_ms"],
+                "vs_parent": row["speedup_vs_parent"],
+                "incumbent": row["pk"] in incumbents,
                 "strategy": row["strategy"],
             }
         )

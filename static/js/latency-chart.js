@@ -1,6 +1,6 @@
-// The session page's latency chart: one operator's attempts by iteration, the best-so-far
-// line, and failed attempts in a strip below, one row per outcome. New cases arrive as
-// "kope:event" events from session-live.js; the chosen operator is kept in the URL.
+// The session page's latency chart: one operator's attempts by iteration, the incumbent's
+// line, and failed attempts in a strip below, one row per outcome. New cases and incumbents
+// arrive as "kope:event" events from session-live.js; the chosen operator is kept in the URL.
 (() => {
   "use strict";
   const holder = document.getElementById("latency-chart");
@@ -27,28 +27,33 @@
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
 
-  function bestSoFar(attempts) {
+  // The incumbent after each attempt, as the journal named it: not the lowest latency, since
+  // a candidate replaces it only when timed faster beside it (attempts timed minutes apart
+  // differ with the host's load).
+  function incumbentLine(attempts) {
     const xs = [], ys = [];
-    let best = Infinity;
+    let incumbent = null;
     for (const a of attempts) {
-      if (a.correct && a.latency_ms && a.latency_ms < best) best = a.latency_ms;
-      if (best < Infinity) { xs.push(a.iteration); ys.push(best); }
+      if (a.incumbent) incumbent = a;
+      if (incumbent) { xs.push(a.iteration); ys.push(incumbent.latency_ms); }
     }
-    return { xs, ys };
+    return { xs, ys, incumbent };
   }
+
+  const versusParent = (a) => (a.vs_parent ? `${a.vs_parent.toFixed(2)}x` : "-");
 
   function traces(attempts) {
     const timed = attempts.filter((a) => a.correct && a.latency_ms);
-    const best = bestSoFar(attempts);
+    const line = incumbentLine(attempts);
     const list = [
       {
         name: "correct attempt", type: "scatter", mode: "markers", x: timed.map((a) => a.iteration),
-        y: timed.map((a) => a.latency_ms), text: timed.map((a) => `${a.outcome}: ${plain(a.strategy)}`),
+        y: timed.map((a) => a.latency_ms), text: timed.map((a) => `${a.outcome}, ${versusParent(a)} vs its parent: ${plain(a.strategy)}`),
         marker: { size: 8, color: timed.map((a) => COLOURS[a.outcome] || "#757575") },
         hovertemplate: "#%{x}: %{y:.3f} ms<br>%{text}<extra></extra>",
       },
       {
-        name: "best so far", type: "scatter", mode: "lines", x: best.xs, y: best.ys,
+        name: "incumbent", type: "scatter", mode: "lines", x: line.xs, y: line.ys,
         line: { shape: "hv", color: "#2e7d32" }, hoverinfo: "skip",
       },
     ];
@@ -75,9 +80,9 @@
     const timed = attempts.filter((a) => a.correct && a.latency_ms);
     if (timed.length) {
       const first = timed[0];
-      const best = timed.reduce((b, a) => (a.latency_ms < b.latency_ms ? a : b));
-      parts.push(`the first correct one ${ms(first.latency_ms)} (iteration ${first.iteration}), `
-        + `the fastest ${ms(best.latency_ms)} (iteration ${best.iteration})`);
+      const { incumbent } = incumbentLine(attempts);
+      parts.push(`the first correct one ${ms(first.latency_ms)} (iteration ${first.iteration})`
+        + (incumbent ? `, the incumbent ${ms(incumbent.latency_ms)} (iteration ${incumbent.iteration})` : ""));
     }
     const failed = FAILED.map((outcome) => [outcome, attempts.filter((a) => a.outcome === outcome)])
       .filter(([, same]) => same.length)
@@ -100,7 +105,8 @@
     const outcome = document.createElement("span");
     outcome.className = `outcome outcome-${a.outcome}`;
     outcome.textContent = a.outcome;
-    row.append(cell(iteration), cell(outcome), cell(a.latency_ms ? ms(a.latency_ms) : "-"),
+    const latency = a.latency_ms ? ms(a.latency_ms) + (a.incumbent ? " (new incumbent)" : "") : "-";
+    row.append(cell(iteration), cell(outcome), cell(latency), cell(versusParent(a)),
       cell(a.strategy || ""));
     return row;
   }
@@ -112,7 +118,7 @@
     const rows = attempts.map(attemptRow);
     if (!rows.length) {
       const none = cell("No attempts yet.");
-      none.colSpan = 4;
+      none.colSpan = 5;
       rows.push(document.createElement("tr"));
       rows[0].append(none);
     }
@@ -143,20 +149,31 @@
     Plotly.react(holder, traces(attempts), layout, { displayModeBar: false, responsive: true });
   }
 
-  function addCase(event) {
-    if (event.kind !== "case_recorded") return;
-    const p = event.payload;
+  function addCase(p, caseId) {
     const slug = data.versions[String(p.version_id)];
     if (!slug) return;
     (data.attempts[slug] = data.attempts[slug] || []).push({
-      iteration: p.iteration, outcome: p.outcome, correct: p.correct,
-      latency_ms: p.latency_ms, strategy: p.strategy, case: event.case,
+      iteration: p.iteration, outcome: p.outcome, correct: p.correct, latency_ms: p.latency_ms,
+      vs_parent: p.speedup_vs_parent, incumbent: false, strategy: p.strategy, case: caseId,
     });
     if (select && slug !== operator && !userChose) {
       operator = slug;
       select.value = slug;
     }
     if (slug === operator) draw();
+  }
+
+  // Recorded in the same transaction as its case, after it: the case is already here.
+  function markIncumbent(p) {
+    const attempt = (data.attempts[p.operator] || []).find((a) => a.case === p.case_id);
+    if (!attempt) return;
+    attempt.incumbent = true;
+    if (p.operator === operator) draw();
+  }
+
+  function follow(event) {
+    if (event.kind === "case_recorded") addCase(event.payload, event.case);
+    else if (event.kind === "incumbent_replaced") markIncumbent(event.payload);
   }
 
   let userChose = new URLSearchParams(location.search).has("operator");
@@ -170,6 +187,6 @@
       draw();
     });
   }
-  document.body.addEventListener("kope:event", (e) => addCase(e.detail));
+  document.body.addEventListener("kope:event", (e) => follow(e.detail));
   draw();
 })();

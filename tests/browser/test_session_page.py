@@ -52,6 +52,13 @@ def log_seqs(page: Page) -> list[int]:
         "items => items.map(item => item.dataset.seq)")]  # fmt: skip
 
 
+def incumbent_line(page: Page) -> list[float]:
+    line: list[float] = page.evaluate(
+        "() => document.getElementById('latency-chart').data"
+        ".find(trace => trace.name === 'incumbent').y")  # fmt: skip
+    return line
+
+
 def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
     engineer: Membership, chromium: Browser
 ) -> None:
@@ -108,6 +115,12 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         assert links(page, '#event-log li[data-kind="case_recorded"] a') == case_pages
         assert sorted(links(page, "#latency-table tbody a")) == sorted(case_pages)
         expect(page.locator("#latency-chart .scatterlayer path.point")).to_have_count(cases)
+        # the line takes the incumbents the journal named as they arrived, as after a reload
+        named = {event["payload"]["latency_ms"] for event in journal(page, url, session_id)
+                 if event["kind"] == "incumbent_replaced"}  # fmt: skip
+        assert named and set(incumbent_line(page)) == named
+        page.reload()
+        assert set(incumbent_line(page)) == named
         expect(page.locator("#context")).to_contain_text("of 12000 tokens")
         expect(page.locator("#context")).to_contain_text("cold")
         # the dropped socket logs a console error; nothing else may

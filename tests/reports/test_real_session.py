@@ -55,6 +55,9 @@ def test_a_report_of_a_real_session_holds_the_numbers_in_the_database(
     assert [(c["id"], c["latency_ms"], c["outcome"], c["correct"]) for c in s["cases"]] == [
         (c.pk, c.latency_ms, c.outcome, c.correct) for c in cases
     ]
+    replaced = JournalEvent.objects.filter(session=session, kind="incumbent_replaced")
+    assert {c["id"] for c in s["cases"] if c["new_incumbent"]} == {
+        e.payload["case_id"] for e in replaced} >= {best.pk}  # fmt: skip
     row = s["operators"][0]
     assert row["operator"] == "relu" and row["best_case_id"] == best.pk
     assert row["best_ms"] == best.latency_ms == finished["best_latency_ms"]

@@ -93,6 +93,14 @@ def test_an_operator_runs_to_its_round_budget_and_keeps_the_fastest_correct_kern
     assert {"context_assembled", "compiled", "case_results", "timed", "stage_scored"} <= set(kinds)
     # every step reads as a line of its own on the session page, none as raw JSON
     assert not [e.kind for e in events(session) if event_summary(e.kind, e.payload)[:1] == "{"]
+    # and a candidate's timing says how it ran beside its parent, the figure that judged it
+    beside = {e.payload["iteration"]: e.payload["detail"].get("vs_baseline")
+              for e in events(session, "timed")}  # fmt: skip
+    assert beside[0] is None  # the start has no parent
+    for case in cases[1:]:
+        if beside[case.iteration] is not None:  # where one process could run both
+            assert case.speedup_vs_parent == beside[case.iteration]
+    assert any(beside[case.iteration] is not None for case in cases[1:])
 
 
 def test_a_replayed_iteration_reuses_its_candidate_and_records_one_case(

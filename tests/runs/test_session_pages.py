@@ -14,6 +14,7 @@ from apps.accounts.roles import Role
 from apps.devices.models import Evaluation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
+from apps.memory.models import Case
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
@@ -109,11 +110,17 @@ def test_the_session_page_charts_every_attempt_and_shows_what_was_adopted_and_wh
     session = session_create(team=team, user=None, operators=["relu"], start=False)
     source = kernel_source_store("int kope_kernel;\n")
     for iteration, outcome, latency in [(0, "no_change", 4.0), (1, "incorrect", None),
-                                        (2, "improved", 1.0)]:  # fmt: skip
+                                        (2, "regressed", 3.0), (3, "improved", 1.0)]:  # fmt: skip
         journal_append(session_id=session.pk, kind="case_recorded", payload={
             "iteration": iteration, "version_id": version.pk, "target": "cpu-c",
             "strategy": f"try {iteration}", "outcome": outcome, "correct": latency is not None,
-            "source_sha256": source.sha256, "latency_ms": latency})  # fmt: skip
+            "source_sha256": source.sha256, "latency_ms": latency,
+            "speedup_vs_parent": 0.9 if iteration == 2 else None})  # fmt: skip
+        if outcome in ("no_change", "improved"):  # the first correct one, then the faster
+            journal_append(session_id=session.pk, kind="incumbent_replaced", payload={
+                "operator": "relu", "iteration": iteration, "latency_ms": latency,
+                "case_id": Case.objects.get(session=session, iteration=iteration).pk,
+                "previous_case_id": None, "previous_latency_ms": None})  # fmt: skip
     journal_append(session_id=session.pk, kind="context_assembled", payload={
         "operator": "relu", "iteration": 3, "tokens": 900, "budget": 12000,
         "tokens_per_tier": {"hot": 300, "warm": 500, "cold": 100}, "cut": [], "hot_rules": [],
@@ -132,9 +139,15 @@ def test_the_session_page_charts_every_attempt_and_shows_what_was_adopted_and_wh
     start = page.index('<script id="latency-data" type="application/json">')
     chart = json.loads(page[page.index(">", start) + 1 : page.index("</script>", start)])
     attempts = chart["attempts"]["relu"]
-    assert [(a["iteration"], a["outcome"], a["latency_ms"]) for a in attempts] == [
-        (0, "no_change", 4.0), (1, "incorrect", None), (2, "improved", 1.0)]  # fmt: skip
+    assert [(a["iteration"], a["outcome"], a["latency_ms"], a["vs_parent"], a["incumbent"])
+            for a in attempts] == [(0, "no_change", 4.0, None, True),
+                                   (1, "incorrect", None, None, False),
+                                   (2, "regressed", 3.0, 0.9, False),
+                                   (3, "improved", 1.0, None, True)]  # fmt: skip
     assert chart["versions"] == {str(version.pk): "relu"}
+    # without JavaScript the table says the same: a lower latency that lost beside its parent
+    assert "4.000 ms (new incumbent)</td><td>-</td>" in page
+    assert "3.000 ms</td><td>0.90x</td>" in page
     case_ids = [a["case"] for a in attempts]
     for case_id in case_ids:  # the event log links each case the journal recorded
         assert f'<a href="/t/{team.slug}/cases/{case_id}/">case {case_id}</a></li>' in page
