@@ -131,8 +131,8 @@ def _whole(value: Any, what: str) -> int:
 
 
 def _tensor(raw: dict[str, Any]) -> TensorSpec:
-    shape = [d if isinstance(d, str) else int(d) for d in raw["shape"]]
-    return TensorSpec(name=str(raw["name"]), dtype=str(raw["dtype"]), shape=shape)
+    # Kept as written: int() made 2.7 a 2 and true a 1 (_tensor_problems says what is wrong).
+    return TensorSpec(name=str(raw["name"]), dtype=str(raw["dtype"]), shape=list(raw["shape"]))
 
 
 def _attribute(raw: dict[str, Any]) -> AttributeSpec:
@@ -186,7 +186,14 @@ def _tensor_problems(spec: OperatorSpec) -> list[str]:
     for tensor in spec.inputs + spec.outputs:
         if tensor.dtype != CASE_DTYPE and tensor.dtype not in DTYPES:
             problems.append(f"tensor {tensor.name!r} has unknown dtype {tensor.dtype!r}")
+        problems += [f"tensor {tensor.name!r}: dimension {d!r} is neither a size (a whole "
+                     "number, 0 or more) nor a case parameter's name"
+                     for d in tensor.shape if not _is_dimension(d)]  # fmt: skip
     return problems
+
+
+def _is_dimension(value: Any) -> bool:
+    return isinstance(value, str) or (type(value) is int and value >= 0)
 
 
 def _case_problems(spec: OperatorSpec) -> list[str]:

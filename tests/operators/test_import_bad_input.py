@@ -140,6 +140,11 @@ def test_a_link_to_a_file_outside_the_folder_is_not_read(tmp_path: Path, target:
         ("level = 1", "level = 1.9", "level = 1.9 is not a whole number"),
         ("level = 1", 'level = "2"', "level = '2' is not a whole number"),
         ("timing = true", 'timing = "no"', "case 'big': timing = 'no' is not true or false"),
+        ('shape = ["rows", "cols"]', 'shape = ["rows", -3]',
+         "tensor 'x': dimension -3 is neither a size (a whole number, 0 or more) nor a case "
+         "parameter's name"),
+        ('shape = ["rows", "cols"]', 'shape = [2.7, "cols"]', "tensor 'x': dimension 2.7 is"),
+        ('shape = ["rows", "cols"]', 'shape = ["rows", true]', "tensor 'x': dimension True is"),
     ],
 )  # fmt: skip
 def test_an_operator_toml_value_a_run_could_not_use_is_a_spec_error(
