@@ -111,17 +111,6 @@ def best_per_branch(operator: Operator, target: str) -> list[dict[str, Any]]:
     return results
 
 
-def incumbent_at(session_id: int, operator: Operator, iteration: int) -> Case | None:
-    """The fastest correct case of this session and operator up to an iteration."""
-    cases = Case.objects.filter(
-        session_id=session_id, version__operator=operator, iteration__lte=iteration, correct=True
-    )
-    best = None
-    for row in cases.order_by("iteration", "pk").values_list(*NODE_FIELDS):
-        best = faster(best, Node(*row))
-    return Case.objects.get(pk=best.id) if best else None
-
-
 def subtree_json(case: Case, *, depth: int | None = 2) -> dict[str, Any]:
     """A case and its descendants (to `depth` levels; None: all), as the forest browser wants."""
     nodes = load_forest(case.version.operator, case.target)

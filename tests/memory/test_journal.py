@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, transaction
 
 from apps.accounts.models import Team
 from apps.memory.events import PayloadError
-from apps.memory.forest import best_per_branch, children_of, incumbent_at, path_to, subtree_json
+from apps.memory.forest import best_per_branch, children_of, path_to, subtree_json
 from apps.memory.journal import events_since, forest_rebuild, journal_append
 from apps.memory.models import Case, JournalEvent
 from apps.operators.models import OperatorVersion
@@ -191,8 +191,6 @@ def test_forest_queries(session: OptimizationSession, version: OperatorVersion) 
     assert [c.pk for c in children_of(cases["a"])] == [cases["a1"].pk, cases["a2"].pk]
     branches = {b["branch"]: b["best"] for b in best_per_branch(operator, "cpu-c")}
     assert branches == {cases["a"].pk: cases["a2"].pk, cases["b"].pk: None}  # failure kept
-    assert incumbent_at(session.pk, operator, 2) == cases["a"]
-    assert incumbent_at(session.pk, operator, 4) == cases["a2"]
     tree = subtree_json(cases["root"], depth=1)
     assert tree["child_count"] == 2 and [c["outcome"] for c in tree["children"]] == [
         "improved",
