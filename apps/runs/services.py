@@ -14,12 +14,12 @@ from django.db.models import F
 from apps.accounts.models import Team
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, NotFound
 from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
 from apps.memory.journal import journal_append
 from apps.operators.models import Suite
-from apps.operators.selectors import operator_get, suites_visible_to, version_get
+from apps.operators.selectors import operator_get, suite_get, suites_visible_to, version_get
 from apps.runs.config import Budgets, Measurement, OperatorEntry, SessionConfig, code_version
 from apps.runs.models import OptimizationSession
 
@@ -43,9 +43,11 @@ def operator_entries(team: Team, slugs: list[str], uploads: dict[str, str]) -> l
 
 
 def suite_operators(team: Team, suite_slug: str) -> tuple[list[str], dict[str, Any]]:
-    suite = suites_visible_to(team).filter(slug=suite_slug).first()
-    if suite is None:
-        raise DomainError(f"no suite {suite_slug!r}")
+    """The suite the team sees under that slug (its own before a shared one, as shown)."""
+    try:
+        suite = suite_get(team, suite_slug)
+    except NotFound:
+        raise DomainError(f"no suite {suite_slug!r}") from None  # a bad request, not a 404
     slugs = [entry.operator.slug for entry in suite.entries.select_related("operator")]
     return slugs, {"id": suite.pk, "slug": suite.slug, "name": suite.name}
 

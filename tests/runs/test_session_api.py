@@ -9,6 +9,8 @@ from django.test import Client
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.memory.journal import journal_append
+from apps.operators.models import Operator
+from apps.operators.services import suite_set
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
 
@@ -55,3 +57,27 @@ def test_odd_numbers_in_page_queries_are_ignored_not_errors(
 ) -> None:
     client = client_for(Role.VIEWER)
     assert client.get(f"/t/{team.slug}/forest/", {"session": "²", "open": "²,x"}).status_code == 200
+
+
+def test_a_launch_by_suite_runs_the_team_s_own_suite_where_a_shared_one_has_its_slug(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    """`import_suite level1` from the command line makes a shared kernelbench-level1, the
+    import on the team's page the team's own: the launch ran the shared one (first by name)
+    while the suite's page showed the team's."""
+    relu, gelu = (Operator.objects.get(pk=stored_builtin(s).operator_id) for s in ("relu", "gelu"))
+    suite_set(team=None, slug="kernelbench-level1", name="A shared", operators=[relu])
+    suite_set(team=team, slug="kernelbench-level1", name="B ours", operators=[gelu])
+    client = client_for(Role.ENGINEER)
+
+    shown = client.get(f"/api/teams/{team.slug}/suites/kernelbench-level1").json()
+    launched = client.post(f"/api/teams/{team.slug}/sessions", {"suite": "kernelbench-level1"},
+                           content_type="application/json")  # fmt: skip
+    unknown = client.post(f"/api/teams/{team.slug}/sessions", {"suite": "kernelbench-level9"},
+                          content_type="application/json")  # fmt: skip
+
+    config = launched.json()["config"]
+    assert shown["name"] == config["suite"]["name"] == "B ours"
+    assert [o["slug"] for o in config["operators"]] == shown["operators"] == ["gelu"]
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["message"] == "no suite 'kernelbench-level9'"

@@ -15,6 +15,8 @@ from apps.devices.models import Evaluation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
 from apps.memory.models import Case
+from apps.operators.models import Operator
+from apps.operators.services import suite_set
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
@@ -39,6 +41,25 @@ def test_the_launch_form_starts_a_session_with_its_settings(
         "read_only", "from the form", 7)  # fmt: skip
     assert session.config["budgets"]["rounds"] == 4
     assert session.config["measurement"]["repeats"] == 20
+
+
+def test_a_suite_slug_shared_and_the_team_s_own_is_one_choice_that_launches_the_team_s(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    relu, gelu = (Operator.objects.get(pk=stored_builtin(s).operator_id) for s in ("relu", "gelu"))
+    suite_set(team=None, slug="kernelbench-level1", name="A shared", operators=[relu])
+    suite_set(team=team, slug="kernelbench-level1", name="B ours", operators=[gelu])
+    client = client_for(Role.ENGINEER)
+
+    form = client.get(f"/t/{team.slug}/sessions/new/").context["form"]
+    client.post(f"/t/{team.slug}/sessions/new/", {
+        "suite": "kernelbench-level1", "policy": "offline", "memory_mode": "off",
+        "rounds": "4", "plateau": "2", "repeats": "20", "seed": "0"})  # fmt: skip
+
+    assert [slug for slug, _ in form.fields["suite"].choices] == ["", "kernelbench-level1"]
+    session = OptimizationSession.objects.get(team=team)
+    assert session.config["suite"]["name"] == "B ours"
+    assert [entry["slug"] for entry in session.config["operators"]] == ["gelu"]
 
 
 def test_the_launch_form_says_what_is_missing(
