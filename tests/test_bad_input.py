@@ -195,6 +195,25 @@ def test_a_number_given_as_text_true_or_a_fraction_is_refused_naming_the_field(
     assert not OptimizationSession.objects.exists() and not Export.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [({"operators": ["relu\ud800"]}, ["operators", 0]),
+     ({"operators": ["relu"], "label": "x\ud800"}, ["label"])],
+)  # fmt: skip
+def test_a_session_string_that_is_not_unicode_text_is_refused_naming_the_field(
+    team: Team, admin: Client, body: dict[str, object], where: list[object]
+) -> None:
+    """A lone surrogate in an operator's slug reached PostgreSQL and answered 500."""
+    stored_builtin("relu", team)
+
+    answer = admin.post("/api/teams/kernels/sessions", body, content_type="application/json")
+
+    assert answer.status_code == 422
+    [detail] = answer.json()["error"]["details"]
+    assert detail["loc"][2:] == where and detail["type"] == "string_unicode"
+    assert not OptimizationSession.objects.exists()
+
+
 def test_a_tolerance_given_as_a_whole_number_is_a_number(team: Team, admin: Client) -> None:
     stored_builtin("relu", team)
 

@@ -6,7 +6,7 @@ No `from __future__ import annotations` here: ninja reads the parameter annotati
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
@@ -50,7 +50,10 @@ class MeasurementIn(Schema):
 
 
 class SessionIn(Schema):
-    operators: list[str] = Field(default_factory=list, max_length=500)
+    # Constrained items are checked as text (a lone surrogate is refused), as the fields are.
+    operators: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=500
+    )
     suite: str | None = Field(None, max_length=64)
     target: str = Field("cpu-c", max_length=32)
     policy: Literal["offline", "claude"] = "offline"
