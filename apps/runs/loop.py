@@ -97,10 +97,7 @@ def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -
         config = SessionConfig.from_json(session.config)
         entry = current_operator(session, config)
         if session.status == STATUS.STOPPING:
-            reason = session.status_reason or "stopped by request"
-            if entry is not None and operator_started(session, config, entry):
-                Iteration(session, config, entry, evaluate, policy_for).finish_operator(reason)
-            session_finish(session, reason)
+            session_end_stop(session, evaluate=evaluate, policy_for=policy_for)
             return False
         if session.status != STATUS.RUNNING:
             return False
@@ -110,7 +107,9 @@ def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -
         try:
             Iteration(session, config, entry, evaluate, policy_for).run()
         except SessionPaused as pause:
-            session_pause(session, str(pause))
+            if not session_pause(session, str(pause)):  # a person pressed stop meanwhile
+                session_end_stop(session, evaluate=evaluate, policy_for=policy_for,
+                                 cause=str(pause))  # fmt: skip
             return False
         return True
 
@@ -166,8 +165,9 @@ def session_finish(session: OptimizationSession, reason: str) -> None:
                        payload={"status": STATUS.FINISHED, "reason": reason})  # fmt: skip
 
 
-def session_pause(session: OptimizationSession, reason: str) -> None:
-    """Pause a queued or running session with the reason; one a person is stopping finishes."""
+def session_pause(session: OptimizationSession, reason: str) -> bool:
+    """Pause a queued or running session with the reason; False when it was neither (a person
+    is stopping it, paused it or it ended: a stop then ends it with `session_end_stop`)."""
     with transaction.atomic():
         paused = OptimizationSession.objects.filter(
             pk=session.pk, status__in=(STATUS.QUEUED, STATUS.RUNNING)
@@ -175,11 +175,23 @@ def session_pause(session: OptimizationSession, reason: str) -> None:
         if paused:
             journal_append(session_id=session.pk, kind="session_paused",
                            payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
-            return
-    stopping = OptimizationSession.objects.filter(pk=session.pk, status=STATUS.STOPPING)
-    stop_reason = stopping.values_list("status_reason", flat=True).first()
-    if stop_reason is not None:
-        session_finish(session, f"{stop_reason or 'stopped'} ({reason})")
+    return bool(paused)
+
+
+def session_end_stop(session: OptimizationSession, *, evaluate: Evaluate,
+                     policy_for: PolicyFactory, cause: str = "") -> None:  # fmt: skip
+    """A session a person is stopping ends: the operator it interrupted is scored, credited and
+    finished, then the session, with `cause` (what cut the last iteration short) in its reason.
+    Its steps are keyed, so a replay after a worker died records each of them once."""
+    session.refresh_from_db()
+    if session.status != STATUS.STOPPING:
+        return
+    config = SessionConfig.from_json(session.config)
+    entry = current_operator(session, config)
+    reason = session.status_reason or "stopped by request"
+    if entry is not None and operator_started(session, config, entry):
+        Iteration(session, config, entry, evaluate, policy_for).finish_operator(reason)
+    session_finish(session, f"{reason} ({cause})" if cause else reason)
 
 
 def operator_started(

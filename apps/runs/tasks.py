@@ -49,13 +49,32 @@ def advance_session(self: Task[Any, None], session_id: int, ticket: int) -> None
 
 def pause_after_error(session_id: int, error: Exception) -> None:
     """Pause with the error as the reason: a person can read it, fix the cause and resume
-    (the iteration is replayed from the journal)."""
+    (the iteration is replayed from the journal). A session a person is stopping ends as a
+    stop does instead."""
     from apps.runs.loop import session_pause
 
     session = OptimizationSession.objects.filter(pk=session_id).first()
-    if session is not None:
-        session_pause(session, f"the loop stopped on an error: {type(error).__name__}: "
-                               f"{str(error)[:500]}")  # fmt: skip
+    reason = f"the loop stopped on an error: {type(error).__name__}: {str(error)[:500]}"
+    if session is not None and not session_pause(session, reason):
+        stop_after_error(session, reason)
+
+
+def stop_after_error(session: OptimizationSession, reason: str) -> None:
+    """The operator the stop interrupted is still scored and credited; should that fail too
+    (the error may be in scoring itself), the session finishes without it."""
+    from apps.runs.loop import evaluate_on_worker, session_end_stop, session_finish, session_lock
+    from apps.runs.policies import policy_for
+
+    try:
+        with session_lock(session.pk) as held:
+            if held:  # else the worker holding it sees the stop and ends the session
+                session_end_stop(session, evaluate=evaluate_on_worker, policy_for=policy_for,
+                                 cause=reason)  # fmt: skip
+    except Exception:
+        logger.exception("session %s: ending the stopped session failed", session.pk)
+        session.refresh_from_db()
+        if session.status == OptimizationSession.Status.STOPPING:
+            session_finish(session, f"{session.status_reason or 'stopped'} ({reason})")
 
 
 @shared_task(name="runs.resume_orphaned", ignore_result=True)

@@ -280,6 +280,69 @@ def test_a_stop_pressed_during_an_iteration_is_not_lost_to_a_pause(gemm: Operato
     assert session.status == "finished" and session.status_reason.startswith("stopped by system")
 
 
+def test_a_stop_pressed_during_an_iteration_that_then_pauses_still_scores_the_operator(
+    gemm: OperatorVersion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause used to finish the session at once: no operator_finished, no optimization
+    stage scored or credited. Here the worker also dies after scoring the stage, and the one
+    that takes over records each step once."""
+    from apps.runs.loop import Iteration
+
+    session = launch(TeamFactory(), ["gemm"], rounds=5)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)  # iteration 0
+
+    def stopped_meanwhile(*args: Any) -> Any:
+        session_stop(session=session, user=None)
+        return failed_evaluation(*args)
+
+    append = Iteration.append
+
+    def dies_finishing(self: Iteration, kind: str, *args: Any, **kwargs: Any) -> Any:
+        if kind == "operator_finished":
+            sys.exit("killed")
+        return append(self, kind, *args, **kwargs)
+
+    with monkeypatch.context() as dies:
+        dies.setattr(Iteration, "append", dies_finishing)
+        with pytest.raises(SystemExit):
+            advance(session.pk, evaluate=stopped_meanwhile, policy_for=policy_for)
+    assert [e.payload["stage"] for e in events(session, "stage_scored")][-1] == "optimization"
+    session = run_to_end(session)
+
+    assert session.status == "finished"
+    assert session.status_reason.startswith("stopped by system")
+    kinds = [e.kind for e in events(session)]
+    assert kinds[-2:] == ["operator_finished", "session_finished"]
+    assert kinds.count("operator_finished") == kinds.count("session_finished") == 1
+    assert [e.payload["stage"] for e in events(session, "stage_scored")] == [
+        "correctness", "optimization"
+    ]  # fmt: skip
+    assert events(session, "operator_finished")[0].payload["reason"] == "stopped by system"
+
+
+def test_an_unexpected_error_in_a_session_being_stopped_still_scores_the_operator(
+    gemm: OperatorVersion,
+) -> None:
+    from apps.runs.tasks import pause_after_error
+
+    session = launch(TeamFactory(), ["gemm"], rounds=5)
+    assert advance(session.pk, evaluate=evaluate_here, policy_for=policy_for)
+    session_stop(session=session, user=None)
+
+    pause_after_error(session.pk, ValueError("the policy tripped"))
+    pause_after_error(session.pk, ValueError("the policy tripped"))  # told twice: no change
+
+    session.refresh_from_db()
+    assert session.status == "finished"
+    assert session.status_reason == (
+        "stopped by system (the loop stopped on an error: ValueError: the policy tripped)"
+    )
+    assert [e.payload["stage"] for e in events(session, "stage_scored")] == [
+        "correctness", "optimization"
+    ]  # fmt: skip
+    assert [e.kind for e in events(session)][-2:] == ["operator_finished", "session_finished"]
+
+
 def test_a_correctness_stage_left_unscored_by_a_dead_worker_is_scored_once(
     gemm: OperatorVersion, monkeypatch: pytest.MonkeyPatch
 ) -> None:
