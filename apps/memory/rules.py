@@ -133,9 +133,11 @@ def rule_approve(*, rule: Rule, user: AnyUser, version_number: int, comment: str
     locked = _locked(rule, user)
     if locked.status not in (Rule.Status.PENDING, Rule.Status.APPROVED):
         raise Conflict(f"a {locked.status} rule cannot be approved")
+    require_never_vetoed(locked)
     version = locked.versions.filter(number=version_number).first()
     if version is None:
         raise DomainError(f"rule {locked.pk} has no version {version_number}")
+    require_newest(locked, version)
     if locked.status == Rule.Status.APPROVED and locked.approved_version_id == version.pk:
         return locked  # approved as asked already: a second reviewer's click changes nothing
     _transition(locked, Rule.Status.APPROVED, actor=user, version=version, comment=comment)
@@ -144,6 +146,25 @@ def rule_approve(*, rule: Rule, user: AnyUser, version_number: int, comment: str
     locked.save(update_fields=["status", "approved_version", "reserved_by", "reserved_until"])
     decided(locked, f"rule {locked.pk} v{version.number} approved by {user}")
     return locked
+
+
+def require_newest(rule: Rule, version: RuleVersion) -> None:
+    """Approval is of the newest version: approving an older one from a page or a script that
+    had not seen a later edit would silently throw that edit away."""
+    newest = rule.versions.aggregate(n=Max("number"))["n"]
+    if newest is not None and version.number != newest:
+        raise Conflict(
+            f"the approval was of version {version.number} of rule {rule.pk}, but version "
+            f"{newest} was added since: read its changes and approve that one; nothing was "
+            "approved"
+        )
+
+
+def require_never_vetoed(rule: Rule) -> None:
+    """A veto sticks: a rule that was ever vetoed is never edited or approved back into hot
+    memory, whatever its status says now."""
+    if rule.transitions.filter(to_status=Rule.Status.VETOED).exists():
+        raise Conflict(f"rule {rule.pk} was vetoed: a vetoed rule never goes back into review")
 
 
 @transaction.atomic
@@ -168,6 +189,7 @@ def rule_edit(*, rule: Rule, user: AnyUser, wording: Wording, comment: str = "")
     locked = _locked(rule, user)
     if locked.status == Rule.Status.VETOED:
         raise Conflict("a vetoed rule cannot be edited back into review")
+    require_never_vetoed(locked)
     wording.check_edit()
     latest = locked.versions.order_by("-number").first()
     version = _new_version(locked, wording, latest.evidence if latest else {}, user)
@@ -190,7 +212,13 @@ def rule_edit_and_approve(
 
 @transaction.atomic
 def rule_retire(*, rule: Rule, user: AnyUser, comment: str = "") -> Rule:
+    """An approved or pending rule leaves review and hot memory. A vetoed rule stays vetoed:
+    retired, it could be edited back into review and approved."""
     locked = _locked(rule, user)
+    if locked.status == Rule.Status.VETOED:
+        raise Conflict("a vetoed rule stays vetoed: it cannot be retired")
+    if locked.status == Rule.Status.RETIRED:
+        raise Conflict("the rule is already retired")
     _transition(locked, Rule.Status.RETIRED, actor=user, version=None, comment=comment)
     locked.save(update_fields=["status"])
     decided(locked, f"rule {locked.pk} retired by {user}")

@@ -145,10 +145,12 @@ def rule_decide(
     except (DomainError, KeyError, ValueError) as error:
         messages.error(request, str(error) if isinstance(error, DomainError) else
                        "The form was incomplete: a version number is needed.")  # fmt: skip
-        if action == "edit":  # the reviewer's wording is shown again, not lost
+        # An edit's wording is shown again, not lost; an approval that met a newer version
+        # (or another reviewer) shows the rule as it is now, with why nothing was approved.
+        if action == "edit" or (action == "approve" and isinstance(error, Conflict)):
             status = error.status if isinstance(error, DomainError) else 400
             return rule_page(request, Rule.objects.get(pk=rule.pk), can_review=True,
-                             draft=draft, status=status)  # fmt: skip
+                             draft=draft if action == "edit" else None, status=status)  # fmt: skip
         return redirect("rule", team=membership.team.slug, rule_id=rule.pk)
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, {request.get_host()}):

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied
-from apps.memory.models import MemoryVector, Rule
+from apps.memory.models import MemoryVector, Rule, RuleTransition
 from apps.memory.rules import (
     Wording,
     hot_memory,
@@ -127,3 +127,51 @@ def test_hot_memory_holds_approved_rules_by_priority_under_the_budget(
     assert sum(v.tokens for v in chosen) <= budget
     everything = hot_memory(team, budget_tokens=100_000)
     assert {v.rule_id for v in everything} == {strong.pk, too_long.pk}
+
+
+def test_a_vetoed_rule_cannot_be_retired_into_review_and_back_into_hot_memory(
+    team: Team, reviewer: User
+) -> None:
+    rule = rule_veto(rule=propose(team, "case:1"), user=reviewer, reason="wrong on AVX-512")
+
+    with pytest.raises(Conflict, match="a vetoed rule stays vetoed: it cannot be retired"):
+        rule_retire(rule=rule, user=reviewer)
+    with pytest.raises(Conflict, match="vetoed"):
+        rule_edit(rule=rule, user=reviewer, wording=TILING)
+
+    rule.refresh_from_db()
+    assert rule.status == "vetoed" and rule.versions.count() == 1
+    assert rule.transitions.last().comment == "wrong on AVX-512"
+    assert hot_memory(team) == []
+
+
+def test_a_rule_retired_after_its_veto_before_the_fix_still_cannot_be_edited_or_approved(
+    team: Team, reviewer: User
+) -> None:
+    rule = rule_veto(rule=propose(team, "case:1"), user=reviewer, reason="wrong on AVX-512")
+    # What rule_retire used to allow: vetoed -> retired.
+    RuleTransition.objects.create(rule=rule, from_status="vetoed", to_status="retired")
+    Rule.objects.filter(pk=rule.pk).update(status="retired")
+
+    with pytest.raises(Conflict, match=f"rule {rule.pk} was vetoed"):
+        rule_edit(rule=rule, user=reviewer, wording=Wording("Unroll by 8", "matmul-like loops"))
+    with pytest.raises(Conflict):
+        rule_approve(rule=rule, user=reviewer, version_number=1)
+    assert rule.versions.count() == 1 and hot_memory(team) == []
+
+
+def test_an_approval_of_a_version_older_than_the_newest_is_refused_and_keeps_the_edit(
+    team: Team, member: Callable[[Role | str], User]
+) -> None:
+    first, second = member(Role.REVIEWER), member(Role.REVIEWER)
+    rule = propose(team, "case:1")
+    rule_edit(rule=rule, user=second, wording=Wording("Tile by 32 only", "AVX2 hosts"))
+
+    with pytest.raises(Conflict, match="version 2 was added since"):
+        rule_approve(rule=rule, user=first, version_number=1)
+
+    rule.refresh_from_db()
+    assert rule.status == "pending" and rule.approved_version is None
+    assert rule_approve(rule=rule, user=first, version_number=2).approved_version.number == 2
+    with pytest.raises(Conflict, match="version 2 was added since"):
+        rule_approve(rule=rule, user=first, version_number=1)  # nor rolls an approval back
