@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -449,7 +450,8 @@ def kill_group(child: subprocess.Popen[bytes]) -> None:
 def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
     lines, others = scan_log(log)
     done = [line.split() for line in lines if line.startswith("done ") and len(line.split()) == 3]
-    finished = {parts[1]: int(parts[2]) for parts in done if parts[2].lstrip("-").isdecimal()}
+    statuses = [(parts[1], kernel_status(parts[2])) for parts in done]
+    finished = {run_id: status for run_id, status in statuses if status is not None}
     started = [
         line.split()[1] for line in lines if line.startswith("start ") and len(line.split()) == 2
     ]
@@ -476,6 +478,16 @@ def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
 
 
 PROTOCOL = (b"start ", b"done ", b"result ")
+INT32_TEXT = re.compile(r"-?[0-9]{1,10}")
+
+
+def kernel_status(text: str) -> int | None:
+    """What kope_kernel returned (an int32), read from a `done` line; None for anything else:
+    the kernel can write such lines too, so they are untrusted input."""
+    if not INT32_TEXT.fullmatch(text):
+        return None
+    status = int(text)
+    return status if -(2**31) <= status < 2**31 else None
 
 
 def scan_log(log: Path) -> tuple[list[str], list[str]]:

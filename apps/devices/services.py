@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -19,6 +20,8 @@ from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
 
 MAX_SOURCE_BYTES = 1_000_000
+
+logger = logging.getLogger(__name__)
 
 
 def kernel_source_store(text: str) -> KernelSource:
@@ -124,6 +127,14 @@ def evaluation_execute(
             verdict = evaluate(operator, evaluation.source.text, options)
     except EvaluationError as error:
         return evaluation_fail(evaluation, str(error))
+    except (OperationalError, InterfaceError):
+        raise  # the database is away: the task waits for it and runs this attempt again
+    except Exception as error:
+        # A fault of the evaluator's own, maybe triggered by what the candidate printed: fail
+        # with it now. Left running, the evaluation would be taken for a dead worker's.
+        logger.exception("evaluation %s failed in the evaluator", evaluation_id)
+        reason = f"the evaluator failed ({type(error).__name__}: {error})"[:2000]
+        return evaluation_fail(evaluation, f"{reason}; the candidate was not judged")
     return evaluation_record(evaluation, verdict)
 
 

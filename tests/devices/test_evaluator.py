@@ -6,6 +6,7 @@ import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from apps.devices.evaluator import (
     Run,
     evaluate_candidate,
     paired_ratio,
+    read_outcome,
     timing_summary,
 )
 from apps.devices.jail import sandbox_ids
@@ -34,6 +36,7 @@ from tests.processes import celery_worker
 from tests.workbench.test_live_events import process_env
 
 CORRECTNESS_ONLY = EvalSettings(seeds=3, timing=False)
+KERNELS = Path(__file__).resolve().parent / "adversarial"
 EVALUATIONS_AT_ONCE = max(2, min(4, os.cpu_count() or 2))
 
 
@@ -330,3 +333,41 @@ def test_a_host_that_slows_down_midway_does_not_tip_the_side_by_side_ratio() -> 
 
     assert statistics.median(baseline) / statistics.median(candidate) == 1.25
     assert paired_ratio(baseline, candidate) == 1.0
+
+
+def test_a_done_line_whose_status_is_no_int32_is_skipped(tmp_path: Path) -> None:
+    log = tmp_path / "correctness.log"  # the kernel can print protocol lines too
+    huge, too_big, arabic = "9" * 5000, str(2**31), "\u0663"
+    log.write_text(f"start c0s0\ndone c0s0 {huge}\ndone c0s0 -7\ndone c1s0 {too_big}\n"
+                   f"done c2s0 {arabic}\ndone c3s0 {-(2**31)}\nresult {{}}\n")  # fmt: skip
+
+    outcome = read_outcome(log, 0, False)
+
+    assert outcome.finished == {"c0s0": -7, "c3s0": -(2**31)}
+
+
+def test_a_kernel_printing_a_huge_status_gets_its_verdict(db: None) -> None:
+    source = (KERNELS / "prints_huge_status.c").read_text()
+    evaluation, _ = evaluation_request(version=stored_builtin("gemm"), source_text=source,
+                                       options=EvalSettings(seeds=1, timing=False))  # fmt: skip
+
+    done = evaluation_execute(evaluation.pk, max_attempts=1)
+
+    assert done.status == "done" and done.verdict["status"] == "correct", done.error
+
+
+def test_an_unexpected_error_in_the_evaluator_fails_the_evaluation_with_it(
+    db: None, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.KOPE_EVAL_WORK_DIR = "/nonexistent/kope-work"  # mkdtemp raises FileNotFoundError
+    naive = next(f for f in read_builtin_suite() if f.spec.slug == "gemm").naive_source
+    evaluation, _ = evaluation_request(version=stored_builtin("gemm"), source_text=naive,
+                                       options=CORRECTNESS_ONLY)  # fmt: skip
+
+    failed = evaluation_execute(evaluation.pk, max_attempts=2)
+
+    failed.refresh_from_db()
+    assert failed.status == "failed" and failed.verdict is None
+    assert failed.error.startswith("the evaluator failed (FileNotFoundError: ")
+    assert "/nonexistent/kope-work" in failed.error
+    assert f"evaluation {evaluation.pk} failed in the evaluator" in caplog.text
