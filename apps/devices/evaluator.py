@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import json
@@ -21,8 +22,10 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ from apps.devices.cpu_c.protocol import (
     replies,
 )
 from apps.devices.interpreter import sandbox_python
-from apps.devices.jail import Limits, confine_child
+from apps.devices.jail import Files, Limits, confine_child, landlock_abi
 from apps.devices.symbols import symbol_problems
 from apps.operators.sandbox import ReferenceRunError, run_reference
 from apps.operators.spec import OperatorSpec
@@ -159,6 +162,7 @@ def evaluate_candidate(
     if problems:
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace() as workspace:
+        workspace.files = candidate_files(workspace)
         try:
             verdict = run_in(
                 workspace, operator, source, build.path, options, verdict, baseline_source
@@ -266,6 +270,8 @@ def cpu_model() -> str:
 
 
 class Workspace:
+    files: Files | None = None  # what a confined process may read besides its work dir
+
     def __enter__(self) -> Workspace:
         base = settings.KOPE_EVAL_WORK_DIR or default_work_dir()
         self.root = Path(tempfile.mkdtemp(prefix="kope-eval-", dir=base))
@@ -279,6 +285,40 @@ class Workspace:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# What the candidate process reads besides its work dir: the interpreter, its packages, this
+# project's code (its folder only listed: Python lists each folder on its path), the system's
+# libraries and a few devices. Landlock keeps it from every other file (jail.restrict_files),
+# the judge's folder included, even where it runs as the worker's own uid.
+SYSTEM_READABLE = (
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys",
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+)  # fmt: skip
+
+
+def candidate_files(workspace: Workspace) -> Files:
+    """Refuses (EvaluationError) where the candidate could read the expected outputs."""
+    if os.geteuid() != 0 and not landlock_abi():
+        raise EvaluationError(
+            f"this worker runs as uid {os.geteuid()}, not root, and the kernel has no Landlock "
+            "(Linux 5.13+ with landlock in its lsm= list, and the landlock_* syscalls allowed "
+            "in a container): the candidate would run as the worker's uid and could read the "
+            "expected outputs. Run the device worker as root or on such a kernel; the "
+            "candidate was not judged"
+        )
+    interpreter, extra_paths = sandbox_python()
+    python = [str(Path(interpreter).resolve()), sys.prefix, sys.base_prefix, sys.exec_prefix,
+              sys.base_exec_prefix, *extra_paths]  # fmt: skip
+    files = Files(readable=(*SYSTEM_READABLE, *python, str(ROOT / "apps")), listable=(str(ROOT),))
+    judge = workspace.judge.resolve()
+    exposed = [p for p in files.readable if judge.is_relative_to(Path(p).resolve())]
+    if exposed:
+        raise EvaluationError(
+            f"the judge's folder {judge} is inside {exposed[0]}, which the candidate may "
+            "read: set KOPE_EVAL_WORK_DIR to a folder outside it"
+        )
+    return files
 
 
 def default_work_dir() -> str | None:
@@ -427,9 +467,26 @@ def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalS
             [sandbox_python()[0], "-s", "-m", "apps.devices.cpu_c.harness", name],
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
             cwd=workspace.sandbox, env=harness_env(options), start_new_session=True,
-            pass_fds=pass_fds, preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
+            pass_fds=pass_fds, preexec_fn=confined(limits, workspace.sandbox, workspace),
         )  # fmt: skip
     return child, log
+
+
+def confined(limits: Limits, folder: Path, workspace: Workspace,
+             writable: tuple[str, ...] = ()) -> Callable[[], None]:  # fmt: skip
+    """The preexec_fn of a process that runs candidate code in `folder`."""
+    files = workspace.files
+    if files is not None and writable:
+        files = dataclasses.replace(files, writable=writable)
+    return lambda: confine_child(limits, str(folder), files)
+
+
+def valgrind_temp(workspace: Workspace) -> tuple[str, ...]:
+    """valgrind writes files of its own in the system temp folder (TMPDIR is the worker's):
+    writable for it, unless the judge's folder is in there too (valgrind then cannot start,
+    and says so in the profile's reason)."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    return () if workspace.judge.resolve().is_relative_to(temp) else (str(temp),)
 
 
 def wait_or_kill(child: subprocess.Popen[bytes], timeout_s: float) -> bool:
@@ -910,7 +967,8 @@ def profile(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run], 
     try:
         data = profile_kernel(source, case, folder, header_dir=HEADER_DIR,
                               timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
-                              preexec_fn=lambda: confine_child(limits, str(folder)))  # fmt: skip
+                              preexec_fn=confined(limits, folder, workspace,
+                                                  writable=valgrind_temp(workspace)))  # fmt: skip
     except DiagnosticError as error:
         return {"ok": False, "reason": str(error)}
     samples = (timed or {}).get("candidate_samples_ms")
@@ -929,7 +987,7 @@ def debug(workspace: Workspace, runs: list[Run], source: str) -> dict[str, Any]:
     try:
         report = debug_kernel(source, case, folder, header_dir=HEADER_DIR,
                               timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
-                              preexec_fn=lambda: confine_child(limits, str(folder)))  # fmt: skip
+                              preexec_fn=confined(limits, folder, workspace))  # fmt: skip
     except DiagnosticError as error:
         return {"ok": False, "reason": str(error)}
     return {"ok": True, "case_id": run.case_id, **report}

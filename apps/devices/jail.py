@@ -3,7 +3,10 @@
 Two steps, at two moments:
 
 * `confine_child` runs in the forked child before exec (`Popen(preexec_fn=...)`): resource
-  limits, a fresh network namespace, an unprivileged uid, the work dir.
+  limits, a fresh network namespace, an unprivileged uid, the work dir and, when the caller
+  names what the child may read (`Files`), a Landlock domain: the work dir and those paths,
+  nothing else, whoever owns the rest (a worker that is not root cannot hand the child
+  another uid, so file modes alone would let it read everything the worker can).
 * `install_seccomp` is called by the harness itself once it has imported what it needs,
   opened its files and loaded the kernel's dependencies, and before the first kernel call:
   a seccomp-BPF deny-list (no sockets, processes, exec, writes through new opens, mounts, ...).
@@ -20,6 +23,7 @@ import functools
 import os
 import pwd
 import resource
+import stat
 import struct
 import time
 from dataclasses import dataclass, fields
@@ -54,21 +58,27 @@ CLONE_THREAD = 0x00010000
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def confine_child(limits: Limits, workdir: str) -> None:
+def confine_child(limits: Limits, workdir: str, files: Files | None = None) -> None:
     """For subprocess.Popen(preexec_fn=...): runs in the forked child before exec.
 
     Pass start_new_session=True to Popen as well, so the child has its own session and
-    process group. Raises OSError when a limit cannot be set; a host without any namespace
-    support is not an error (install_seccomp still refuses socket creation).
+    process group. Raises OSError when a limit cannot be set, or when `files` is given and the
+    child could read more than it names: a caller that is not root needs Landlock for that
+    (root switches the child to SANDBOX_USER, and uses Landlock too where there is one). A
+    host without any namespace support is not an error (install_seccomp still refuses socket
+    creation).
     """
+    was_root = os.geteuid() == 0
     try:
         _apply_limits(limits)
+        _isolate_network_and_drop_root()
+        os.chdir(workdir)
+        if files is not None:
+            restrict_files(workdir, files, required=not was_root)
     except OSError as error:
         # The parent only sees "Exception occurred in preexec_fn", so say why on stderr too.
         os.write(2, f"{error}\n".encode())
         raise
-    _isolate_network_and_drop_root()
-    os.chdir(workdir)
 
 
 def _apply_limits(limits: Limits) -> None:
@@ -125,6 +135,110 @@ def _become_sandbox_user() -> None:
     os.setuid(uid)
     if 0 in (os.getuid(), os.geteuid(), os.getgid(), os.getegid()):
         raise OSError(f"jail: still privileged after switching to {SANDBOX_USER}")
+
+
+# --- confine_child: Landlock, what the child may open ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Files:
+    """Paths the confined child may use besides its work dir (which it may change at will).
+
+    `readable`: files beneath may be read and executed, folders listed. `listable`: folders
+    beneath may be listed, no file read (Python lists each folder on its path). `writable`:
+    anything, as in the work dir. A path that does not exist, or that the child cannot reach
+    anyway, is left out.
+    """
+
+    readable: tuple[str, ...] = ()
+    listable: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+
+
+# <asm/unistd_64.h>
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+# <linux/landlock.h>
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_TRUNCATE = 1 << 14  # ABI 3
+FS_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE  # for a non-folder
+# What the domain controls, by ABI: 1 knows bits 0-12 (read, write, execute, list, make and
+# remove of every kind), 2 adds 13 (REFER: rename or link across folders), 3 adds TRUNCATE.
+# Later rights (device ioctls, TCP ports, scopes) are left alone: seccomp covers sockets.
+FS_HANDLED = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1}
+FS_READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+# struct landlock_path_beneath_attr {__u64 allowed_access; __s32 parent_fd;} __packed
+PATH_BENEATH = struct.Struct("=Qi")
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The Landlock ABI version of this kernel; 0 when there is none (before Linux 5.13, not
+    in the `lsm=` list, or the syscalls refused, as by an old container seccomp profile)."""
+    try:
+        return _landlock_fd(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    except OSError:
+        return 0
+
+
+def restrict_files(workdir: str, files: Files, *, required: bool) -> None:
+    """Put this process (and what it execs) in a Landlock domain: everything in `workdir`,
+    `files`, and no other file. Without Landlock, an OSError when `required`, else nothing."""
+    abi = min(landlock_abi(), max(FS_HANDLED))
+    if abi == 0:
+        if required:
+            raise OSError(
+                "jail: this kernel has no Landlock (Linux 5.13+, lsm=landlock), and a caller "
+                "that is not root has no other way to keep the child from its files"
+            )
+        return
+    handled = FS_HANDLED[abi]
+    ruleset = _landlock_fd(
+        SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(ctypes.c_uint64(handled)), 8, 0
+    )
+    try:
+        _allow(ruleset, workdir, handled, required=True)
+        for path in files.readable:
+            _allow(ruleset, path, FS_READ)
+        for path in files.listable:
+            _allow(ruleset, path, FS_READ_DIR)
+        for path in files.writable:
+            _allow(ruleset, path, handled)
+        _prctl(PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+        _landlock_fd(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0)
+    finally:
+        os.close(ruleset)
+
+
+def _allow(ruleset: int, path: str, access: int, *, required: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        if required:
+            raise
+        return  # missing, or out of this user's reach already
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= FS_FILE_RIGHTS
+        rule = ctypes.create_string_buffer(PATH_BENEATH.pack(access, fd), PATH_BENEATH.size)
+        _landlock_fd(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0)
+    finally:
+        os.close(fd)
+
+
+def _landlock_fd(number: int, *args: object) -> int:
+    converted = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    result = int(_LIBC.syscall(ctypes.c_long(number), *converted))
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"jail: Landlock syscall {number}: {os.strerror(code)}")
+    return result
 
 
 # --- install_seccomp: constants -------------------------------------------------------------

@@ -69,13 +69,16 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="only root switches to the s
 
 
 def run_confined(
-    code: str, limits: Limits | None, workdir: Path, *, seccomp: bool, timeout: float = 20
-) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a child confined by confine_child(limits) (None: not confined), after
-    install_seccomp() when `seccomp`."""
+    code: str, limits: Limits | None, workdir: Path, *, seccomp: bool, timeout: float = 20,
+    files: jail.Files | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run `code` in a child confined by confine_child(limits, files) (None: not confined),
+    after install_seccomp() when `seccomp`."""
     assert CHILD_PYTHON is not None
     source = CHILD_PRELUDE + ("install_seccomp()\n" if seccomp else "") + textwrap.dedent(code)
-    preexec = None if limits is None else functools.partial(confine_child, limits, str(workdir))
+    preexec = (
+        None if limits is None else functools.partial(confine_child, limits, str(workdir), files)
+    )
     return subprocess.run(
         [CHILD_PYTHON, "-c", source],
         cwd=workdir if limits is None else "/",  # confined, confine_child must get there itself
@@ -379,6 +382,36 @@ def test_without_any_namespace_support_confine_child_carries_on(workdir: Path) -
         seccomp=False,
     )
     assert output_lines(result) == [f"survived {workdir} {own_network_namespace()}"]
+
+
+@needs_child_python
+def test_with_files_named_the_child_opens_those_and_its_work_dir_and_nothing_else(
+    new_workdir: Callable[[], Path],
+) -> None:
+    if not jail.landlock_abi():
+        pytest.skip("this kernel has no Landlock")
+    workdir, beside = with_files(new_workdir()), with_files(new_workdir())
+    python = str(Path(str(CHILD_PYTHON)).resolve())
+    files = jail.Files(
+        readable=("/usr", "/lib", "/lib64", python, str(REPO_ROOT / "apps")),
+        listable=(str(REPO_ROOT),),
+    )
+    result = run_confined(
+        f"""\
+        def read(path):
+            return lambda: open(path).read()
+        print(attempt(read("readable.txt")), attempt(lambda: open("new.txt", "w").close()))
+        print(attempt(read({str(beside / "readable.txt")!r})))  # the child's own file, elsewhere
+        print(attempt(lambda: os.listdir({str(REPO_ROOT)!r})))
+        print(attempt(read({str(REPO_ROOT / "pyproject.toml")!r})))
+        print(attempt(read("/proc/{os.getpid()}/environ")))  # the worker's secrets
+        """,
+        TEST_LIMITS,
+        workdir,
+        seccomp=False,
+        files=files,
+    )
+    assert output_lines(result) == ["ok ok", "EACCES", "ok", "EACCES", "EACCES"]
 
 
 @needs_child_python
