@@ -19,7 +19,8 @@ from apps.accounts.models import Team
 from apps.accounts.services import team_lock
 from apps.memory.keys import rule_id_of, rule_key
 from apps.memory.learning import Resident, choose_hot_memory, residence_priority
-from apps.memory.models import HotMemoryChange, MemoryVector, Rule, RuleTransition, RuleVersion
+from apps.memory.models import HotMemoryChange, Rule, RuleTransition, RuleVersion
+from apps.memory.selectors import shared_values
 
 CHANGE = HotMemoryChange.Change
 
@@ -116,22 +117,18 @@ def hot_memory_budget(budget_tokens: int | None = None) -> int:
 
 
 def approved_residents(team: Team) -> list[tuple[Rule, RuleVersion, Resident]]:
-    """Every approved rule of the team with the numbers its priority is made of; V is its
-    source experience's value score (a rule shares it)."""
+    """Every approved rule of the team with the numbers its priority is made of; V is the one
+    value score the rule shares with its source experience, the V that ATU credits when the
+    rule is adopted (selectors.value_keys)."""
     approved = Rule.objects.filter(team=team, status=Rule.Status.APPROVED).select_related(
         "approved_version"
     )
-    rules = [r for r in approved if r.approved_version is not None]
-    values = dict(
-        MemoryVector.objects.filter(key__in=[r.source_key for r in rules]).values_list(
-            "key", "value"
-        )
-    )
+    rules = [(r, version) for r in approved if (version := r.approved_version) is not None]
+    values = shared_values(rule_key(rule.pk) for rule, _ in rules)
     return [
-        (rule, version, Resident(rule_key(rule.pk), values.get(rule.source_key, 0.0),
-                                 rule.frequency, version.tokens))
-        for rule in rules
-        if (version := rule.approved_version) is not None
+        (rule, version, Resident(rule_key(rule.pk), values[rule_key(rule.pk)], rule.frequency,
+                                 version.tokens))
+        for rule, version in rules
     ]  # fmt: skip
 
 

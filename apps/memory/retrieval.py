@@ -41,6 +41,7 @@ from pgvector.django import CosineDistance
 from apps.memory.embeddings import MODEL_NAME, embed_one, model_version
 from apps.memory.keys import case_key
 from apps.memory.models import Case, MemoryVector, Rule
+from apps.memory.selectors import shared_values
 from apps.operators.models import OperatorCase, OperatorVersion
 
 # Total input elements of the timing case, upper bounds (exclusive) of each shape class.
@@ -308,7 +309,7 @@ def pinned_hits(query: Query, vector: list[float]) -> list[Hit]:
         .annotate(distance=CosineDistance("embedding", vector))
         .values(*HIT_FIELDS, "distance")
     )
-    rows = {row["key"]: row for row in named}
+    rows = {row["key"]: row for row in with_shared_values(list(named))}
     return [hit_from_row(rows[key]) for key in query.first if key in rows][: query.limit // 2]
 
 
@@ -401,8 +402,18 @@ def approved_rule_keys() -> QuerySet[Any]:
 
 
 def ranked(rows: list[dict[str, Any]]) -> list[Hit]:
-    hits = [hit_from_row(row) for row in rows]
+    hits = [hit_from_row(row) for row in with_shared_values(rows)]
     return sorted(hits, key=rank_key, reverse=True)
+
+
+def with_shared_values(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each rule's V read from where ATU credits it: a rule shares its source
+    experience's value score (selectors.value_keys); a rule's own vector holds none."""
+    rule_keys = [row["key"] for row in rows if row["kind"] == "rule"]
+    if not rule_keys:
+        return rows
+    values = shared_values(rule_keys)
+    return [{**row, "value": values[row["key"]]} if row["kind"] == "rule" else row for row in rows]
 
 
 def hit_from_row(row: dict[str, Any]) -> Hit:

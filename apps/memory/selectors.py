@@ -1,13 +1,19 @@
 """Team-scoped lookups of cases and profiles: what a page or an API call may show of a team.
 
 They return None for anything outside the team, so that each caller answers in its own terms
-(a 404 page, the API's NotFound, an empty side of a comparison)."""
+(a 404 page, the API's NotFound, an empty side of a comparison).
+
+Also the reads of memory's shared value: a rule and the experience it was distilled from share
+one identifier and one value score V (SAGE's UGC), held on the experience's MemoryVector."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from apps.accounts.models import Team
 from apps.devices.models import Profile
-from apps.memory.models import Case
+from apps.memory.keys import id_in_key, rule_key
+from apps.memory.models import Case, MemoryVector, Rule
 
 
 def team_case(team: Team, case_id: int | None) -> Case | None:
@@ -22,3 +28,23 @@ def team_case(team: Team, case_id: int | None) -> Case | None:
 
 def team_profile(team: Team, profile_id: int) -> Profile | None:
     return Profile.objects.filter(evaluation__team=team, pk=profile_id).first()
+
+
+def value_keys(keys: Iterable[str]) -> dict[str, str]:
+    """For each item key, the key of the MemoryVector that holds its V: a rule's ("rule:7") is
+    its source experience's, when that is in memory; every other item holds its own. ATU credit,
+    hot-memory priority and retrieval ranking all go through here, so they read and write one V.
+    """
+    keys = list(dict.fromkeys(keys))
+    rule_ids = {rule_id for key in keys if (rule_id := id_in_key(key, "rule")) is not None}
+    sources = dict(Rule.objects.filter(pk__in=rule_ids).values_list("pk", "source_key"))
+    held = set(MemoryVector.objects.filter(key__in=sources.values()).values_list("key", flat=True))
+    shared = {rule_key(pk): source for pk, source in sources.items() if source in held}
+    return {key: shared.get(key, key) for key in keys}
+
+
+def shared_values(keys: Iterable[str]) -> dict[str, float]:
+    """Each item's V as value_keys resolves it; 0.0 (where V starts) for an item not in memory."""
+    holders = value_keys(keys)
+    values = dict(MemoryVector.objects.filter(key__in=holders.values()).values_list("key", "value"))
+    return {key: values.get(holder, 0.0) for key, holder in holders.items()}

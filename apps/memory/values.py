@@ -15,12 +15,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from apps.accounts.models import Team
-from apps.memory.hot import hot_memory_refresh
+from apps.memory.hot import hot_memory_refresh, hot_memory_standings
 from apps.memory.journal import journal_append
 from apps.memory.keys import id_in_key
 from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 from apps.memory.rules import Wording, rule_propose
+from apps.memory.selectors import value_keys
 
 
 class MemoryMode(StrEnum):
@@ -45,9 +46,16 @@ def stage_credit(
 ) -> JournalEvent | None:
     """Credit the items of one finished stage (deduplicated); None when the mode writes
     nothing or nothing was credited. With a `step` key, a stage already credited is not
-    credited again."""
+    credited again.
+
+    A rule and its source experience share one identifier and one V (SAGE's UGC): an adopted
+    "rule:7" credits the V its hot-memory priority and retrieval rank read, held on the source
+    experience's vector (selectors.value_keys), and counts once with that experience."""
     if mode != MemoryMode.READ_WRITE:
         return None
+    holders = value_keys([*retrieved, *adopted])
+    retrieved = [holders[key] for key in retrieved]
+    adopted = [holders[key] for key in adopted]
     feedback = credit(score, retrieved, adopted)
     if not feedback:
         return None
@@ -160,11 +168,15 @@ def summarize(item: MemoryVector) -> Wording:
 
 
 def record_hot_memory_use(team: Team, used_rule_ids: set[int], *, mode: MemoryMode) -> None:
-    """Once per stage: freq <- (1 - beta) freq + beta * used for every resident rule."""
+    """Once per stage: freq <- (1 - beta) freq + beta * used for every resident rule. Resident
+    is hot memory as rebuilt now, what the agent's context is built from; an approved rule that
+    is not resident was never in context, so its frequency stays as it was."""
     if mode != MemoryMode.READ_WRITE:
         return
     beta = settings.KOPE_HOT_FREQUENCY_BETA
     with transaction.atomic():
-        for rule in Rule.objects.select_for_update().filter(team=team, status=Rule.Status.APPROVED):
+        resident = [s.rule.pk for s in hot_memory_standings(team) if s.resident]
+        rules = Rule.objects.filter(pk__in=resident, status=Rule.Status.APPROVED)
+        for rule in rules.select_for_update():
             rule.frequency = next_frequency(rule.frequency, rule.pk in used_rule_ids, beta)
             rule.save(update_fields=["frequency"])

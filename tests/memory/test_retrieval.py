@@ -15,8 +15,8 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.memory import tasks
 from apps.memory.embeddings import MODEL_NAME, embed, model_version
-from apps.memory.keys import case_key
-from apps.memory.models import Case, JournalEvent, MemoryVector
+from apps.memory.keys import case_key, rule_key
+from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 from apps.memory.retrieval import (
     DEAD_END_SIGNAL,
     Query,
@@ -365,6 +365,19 @@ def test_hits_rank_by_relevance_first_then_downstream_then_value(team: Team) -> 
     assert [s["rank_score"] for s in scores] == [0.9, 0.9, 0.9, 0.8]
     assert [round(s["similarity"], 3) for s in scores] == [0.92, 0.935, 0.945, 0.82]
     assert scores[0]["downstream"] == 0.5 and scores[0]["value"] == 0.8
+
+
+def test_a_rule_ranks_by_the_value_it_shares_with_its_source_experience(team: Team) -> None:
+    q = embed([QUERY_TEXT])[0]
+    rule = Rule.objects.create(team=team, source_key="case:source", status="approved")
+    shared_vector("case:source", vector_at_similarity(q, 0.3, 9), family="reduction", value=0.7)
+    shared_vector(rule_key(rule.pk), vector_at_similarity(q, 0.93, 1), kind="rule")
+    shared_vector("case:plain", vector_at_similarity(q, 0.935, 2), value=0.3)
+
+    hits = retrieve(query_for(team))
+
+    assert [hit.key for hit in hits] == [rule_key(rule.pk), "case:plain"]  # one 0.90 bucket
+    assert hits[0].scores["value"] == 0.7  # the V that ATU credits when the rule is adopted
 
 
 def test_hits_carry_their_provenance(

@@ -9,8 +9,10 @@ from django.contrib.auth.models import User
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.memory.hot import hot_memory_standings
+from apps.memory.keys import rule_key
 from apps.memory.models import JournalEvent, MemoryVector, Rule
-from apps.memory.rules import hot_memory, rule_approve
+from apps.memory.rules import Wording, hot_memory, rule_approve, rule_propose
 from apps.memory.values import (
     MemoryMode,
     consolidate,
@@ -119,3 +121,68 @@ def test_an_approved_rule_enters_hot_memory_and_its_frequency_follows_use(
     record_hot_memory_use(team, set(), mode=MemoryMode.READ_WRITE)
     rule.refresh_from_db()
     assert rule.frequency == pytest.approx((0.9 * 0.5 + 0.1) * 0.9)
+
+
+def approved_rule(team: Team, key: str, value: float, statement: str, reviewer: User) -> Rule:
+    item(team, key, value=value)
+    rule = rule_propose(team=team, source_key=key, evidence={},
+                        wording=Wording(statement, "matmul-like loops"))  # fmt: skip
+    Rule.objects.filter(pk=rule.pk).update(frequency=0.5)
+    return rule_approve(rule=rule, user=reviewer, version_number=1)
+
+
+def test_a_resident_rule_adopted_in_failed_stages_loses_priority_through_its_shared_value(
+    team: Team, session: OptimizationSession, member: Callable[[Role | str], User]
+) -> None:
+    rule = approved_rule(team, "case:a", 0.5, "Tile the k loop", member(Role.REVIEWER))
+    key = rule_key(rule.pk)
+    item(team, key, kind="rule")  # the rule's own searchable vector, as embed_rule writes it
+    before = hot_memory_standings(team)[0]
+
+    for n in range(3):
+        stage_credit(session_id=session.pk, mode=MemoryMode.READ_WRITE, stage="correctness",
+                     operator=f"op{n}", score=-0.1, retrieved=[key], adopted=[key])  # fmt: skip
+        record_hot_memory_use(team, {rule.pk}, mode=MemoryMode.READ_WRITE)
+
+    after = hot_memory_standings(team)[0]
+    source = MemoryVector.objects.get(key="case:a")
+    assert after.resident and after.value == source.value == pytest.approx(-0.1)
+    assert after.priority < 0 < before.priority
+    assert (source.retrievals, source.adoptions) == (3, 3)
+    assert MemoryVector.objects.get(key=key).value == 0.0  # holds no V of its own
+    assert [round(h["new"], 6) for h in value_history("case:a")] == [-0.1, -0.1, -0.1]
+
+
+def test_an_experience_and_its_rule_adopted_in_one_stage_are_credited_once(
+    team: Team, session: OptimizationSession, member: Callable[[Role | str], User]
+) -> None:
+    rule = approved_rule(team, "case:a", 0.0, "Tile the k loop", member(Role.REVIEWER))
+    item(team, "case:b")
+
+    event = stage_credit(session_id=session.pk, mode=MemoryMode.READ_WRITE, stage="optimization",
+                         operator="gemm", score=0.4, retrieved=["case:a", rule_key(rule.pk),
+                         "case:b"], adopted=["case:a", rule_key(rule.pk)])  # fmt: skip
+
+    assert event is not None
+    updates = {i["key"]: round(i["new"], 6) for i in event.payload["items"]}
+    assert updates == {"case:a": 0.4, "case:b": -0.1}  # one adopted item: the whole score
+    assert MemoryVector.objects.get(key="case:a").retrievals == 1
+
+
+def test_only_resident_rules_frequencies_follow_use(
+    team: Team, member: Callable[[Role | str], User], settings: object
+) -> None:
+    reviewer = member(Role.REVIEWER)
+    resident = approved_rule(team, "case:a", 0.9, "Tile the k loop", reviewer)
+    waiting = approved_rule(team, "case:b", 0.2, "Use restrict pointers " + "and more " * 40,
+                            reviewer)  # fmt: skip
+    settings.KOPE_HOT_MEMORY_TOKENS = resident.approved_version.tokens  # type: ignore[attr-defined]
+    assert [v.rule_id for v in hot_memory(team)] == [resident.pk]
+
+    for _ in range(7):
+        record_hot_memory_use(team, set(), mode=MemoryMode.READ_WRITE)
+
+    resident.refresh_from_db()
+    waiting.refresh_from_db()
+    assert resident.frequency == pytest.approx(0.5 * 0.9**7)
+    assert waiting.frequency == 0.5  # evicted: never in context, so no evidence either way
