@@ -21,7 +21,9 @@ from apps.accounts.selectors import membership_for
 from apps.core.errors import Conflict, DomainError
 from apps.core.tokens import count_tokens
 from apps.memory.hot import hot_memory_refresh, hot_memory_standings
-from apps.memory.models import Rule, RuleTransition, RuleVersion
+from apps.memory.learning import initial_frequency
+from apps.memory.models import MemoryVector, Rule, RuleTransition, RuleVersion
+from apps.memory.selectors import retrieval_record
 from apps.memory.tasks import embed_rule_after_commit
 
 RESERVATION = timedelta(minutes=5)
@@ -93,20 +95,31 @@ def _new_version(rule: Rule, wording: Wording, evidence: dict[str, Any], actor: 
 def rule_propose(
     *, team: Team, source_key: str, wording: Wording, evidence: dict[str, Any]
 ) -> Rule:
-    """A candidate from consolidation, put up for review. A source that already has a rule
-    keeps it: a vetoed rule is never proposed again."""
+    """A candidate from consolidation, put up for review, with its cold-phase access frequency.
+    A source that already has a rule keeps it: a vetoed rule is never proposed again."""
     # get_or_create: a proposal of the same source committed meanwhile (two workers
     # consolidating, two imports of one file) is returned instead of an IntegrityError.
     rule, created = Rule.objects.get_or_create(team=team, source_key=source_key)
     if not created:
         return rule
+    rule.frequency = cold_phase_frequency(team, source_key)
     version = _new_version(rule, wording, evidence, None)
     RuleTransition.objects.create(rule=rule, version=version, to_status=Rule.Status.CANDIDATE)
     _transition(rule, Rule.Status.PENDING, actor=None, version=version,
                 comment="proposed by consolidation")  # fmt: skip
-    rule.save(update_fields=["status"])
+    rule.save(update_fields=["status", "frequency"])
     embed_rule_after_commit(rule.pk)
     return rule
+
+
+def cold_phase_frequency(team: Team, source_key: str) -> float:
+    """SAGE's access-frequency estimate before a rule has been resident: the share of the
+    eligible stages its source experience was retrieved in (0.0 with no stage on record)."""
+    source = MemoryVector.objects.filter(key=source_key).first()
+    if source is None:
+        return 0.0
+    retrieved, eligible = retrieval_record(team, source)
+    return min(1.0, initial_frequency(retrieved, eligible))
 
 
 def _locked(rule: Rule, user: AnyUser) -> Rule:

@@ -4,7 +4,8 @@ They return None for anything outside the team, so that each caller answers in i
 (a 404 page, the API's NotFound, an empty side of a comparison).
 
 Also the reads of memory's shared value: a rule and the experience it was distilled from share
-one identifier and one value score V (SAGE's UGC), held on the experience's MemoryVector."""
+one identifier and one value score V (SAGE's UGC), held on the experience's MemoryVector; and
+an experience's retrieval record, for its rule's cold-phase access frequency."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from apps.accounts.models import Team
 from apps.devices.models import Profile
 from apps.memory.keys import id_in_key, rule_key
-from apps.memory.models import Case, MemoryVector, Rule
+from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 
 
 def team_case(team: Team, case_id: int | None) -> Case | None:
@@ -48,3 +49,17 @@ def shared_values(keys: Iterable[str]) -> dict[str, float]:
     holders = value_keys(keys)
     values = dict(MemoryVector.objects.filter(key__in=holders.values()).values_list("key", "value"))
     return {key: values.get(holder, 0.0) for key, holder in holders.items()}
+
+
+def retrieval_record(team: Team, item: MemoryVector) -> tuple[int, int]:
+    """(stages the item was retrieved in, eligible stages): the scored stages of the team's
+    sessions that used memory, on the item's target, since the item could be retrieved. Both
+    from the journal's stage_scored events, over the same stages (the item's `retrievals`
+    counts only the stages that credited it)."""
+    stages = JournalEvent.objects.filter(
+        kind="stage_scored", session__team=team, created_at__gte=item.created_at
+    ).exclude(session__memory_mode="off")
+    if item.target:
+        stages = stages.filter(session__target=item.target)
+    retrieved = stages.filter(payload__retrieved__contains=[item.key]).count()
+    return retrieved, stages.count()

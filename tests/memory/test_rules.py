@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied
+from apps.memory.journal import journal_append
 from apps.memory.models import MemoryVector, Rule, RuleTransition
 from apps.memory.rules import (
     Wording,
@@ -21,6 +22,7 @@ from apps.memory.rules import (
     rule_retire,
     rule_veto,
 )
+from apps.runs.models import OptimizationSession
 
 TILING = Wording("Tile the k loop in blocks of 64 floats", "matmul-like loops over k >= 256")
 
@@ -175,3 +177,32 @@ def test_an_approval_of_a_version_older_than_the_newest_is_refused_and_keeps_the
     assert rule_approve(rule=rule, user=first, version_number=2).approved_version.number == 2
     with pytest.raises(Conflict, match="version 2 was added since"):
         rule_approve(rule=rule, user=first, version_number=1)  # nor rolls an approval back
+
+
+def scored_stage(session: OptimizationSession, retrieved: list[str]) -> None:
+    journal_append(session_id=session.pk, kind="stage_scored", payload={
+        "operator": "gemm", "stage": "optimization", "score": 0.2, "retrieved": retrieved,
+        "adopted": retrieved[:1]})  # fmt: skip
+
+
+def test_a_proposed_rule_starts_with_the_share_of_eligible_stages_its_source_was_retrieved_in(
+    team: Team, reviewer: User
+) -> None:
+    learning = OptimizationSession.objects.create(team=team, target="cpu-c")
+    scored_stage(learning, [])  # before the experiences existed: not eligible
+    for key in ("case:1", "case:2"):
+        MemoryVector.objects.create(kind="case", key=key, text=key, team=team, target="cpu-c")
+    for retrieved in (["case:2", "case:1"], ["case:2", "case:1"], ["case:2"], []):
+        scored_stage(learning, retrieved)
+    scored_stage(OptimizationSession.objects.create(team=team, target="cpu-c",
+                                                    memory_mode="off"), [])  # fmt: skip
+    scored_stage(OptimizationSession.objects.create(team=team, target="cuda"), [])
+
+    weak = propose(team, "case:1", Wording("Use restrict pointers", "any loop"), value=0.01)
+    strong = propose(team, "case:2", value=0.9)
+
+    assert (weak.frequency, strong.frequency) == (0.5, 0.75)  # 2 and 3 of 4 stages
+    for rule in (weak, strong):
+        rule_approve(rule=rule, user=reviewer, version_number=1)
+    room_for_one = max(r.versions.get().tokens for r in (weak, strong))
+    assert [v.rule_id for v in hot_memory(team, budget_tokens=room_for_one)] == [strong.pk]
