@@ -314,6 +314,27 @@ def test_a_faster_correct_kernel_times_faster_than_the_naive_one(gemm: OperatorU
     assert faster["timed"]["vs_baseline"] > 2
 
 
+def test_a_kernel_remembering_answers_by_input_address_fails_the_last_timed_call(
+    gemm: OperatorUnderTest,
+) -> None:
+    memo = evaluate_beside_naive(gemm, "memo_by_pointer")
+
+    assert memo["status"] == "correct", memo["reason"]  # each correctness run has its own buffers
+    assert memo["timed"]["ok"] is False  # the loop judges such a verdict incorrect
+    assert "results cached between calls" in memo["timed"]["reason"]
+    assert "wrong output on a timed call" in memo["flags"]
+
+
+def test_a_kernel_keeping_the_answer_left_in_its_output_fails_the_last_timed_call(
+    gemm: OperatorUnderTest,
+) -> None:
+    keeper = evaluate(gemm, "keeps_remembered_output", TIMED)
+
+    assert keeper["status"] == "correct", keeper["reason"]
+    assert keeper["timed"]["ok"] is False
+    assert "wrong output on a timed call" in keeper["flags"]
+
+
 def evaluate_beside_naive(gemm: OperatorUnderTest, name: str) -> dict[str, Any]:
     """Timed in one process with the naive kernel, call for call: a ratio that a busy host
     (the other test worker compiling, say) slows on both sides alike."""
