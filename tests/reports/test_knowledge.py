@@ -30,7 +30,7 @@ def knowledge_of(team: Team) -> dict[str, Rule]:
     pending = propose("case:1", "Tile the k loop by 32")
     approved = propose("case:2", "Hoist the bias load")
     rule_edit(rule=approved, user=reviewer, wording=Wording("Hoist the bias load out", "conv"))
-    rule_approve(rule=approved, user=reviewer, version_number=1)
+    rule_approve(rule=approved, user=reviewer, version_number=2)  # approval is of the newest
     vetoed = rule_veto(rule=propose("case:3", "Unroll everything"), user=reviewer,
                        reason="only true on one host")  # fmt: skip
     return {"pending": pending, "approved": approved, "vetoed": vetoed}
@@ -53,14 +53,14 @@ def test_the_export_has_every_rule_with_its_evidence_and_history(team: Team) -> 
     by_id = {r["id"]: r for r in data["rules"]}
     assert {by_id[r.pk]["status"] for r in rules.values()} == {"pending", "approved", "vetoed"}
     approved = by_id[rules["approved"].pk]
-    assert approved["approved_version"] == 1 and len(approved["versions"]) == 2
+    assert approved["approved_version"] == 2 and len(approved["versions"]) == 2
     assert approved["versions"][0]["evidence"] == EVIDENCE
     veto = by_id[rules["vetoed"].pk]["history"][-1]
     assert veto["to"] == "vetoed" and veto["comment"] == "only true on one host"
     assert markdown.startswith(f"# Knowledge base of {team.name}")
     for heading in ("## Approved (1)", "## Pending (1)", "## Vetoed (1)"):
         assert heading in markdown
-    assert f"### Rule {rules['approved'].pk} v1: Hoist the bias load" in markdown
+    assert f"### Rule {rules['approved'].pk} v2: Hoist the bias load out" in markdown
     assert "only true on one host" in markdown
 
 
@@ -83,7 +83,7 @@ def test_the_export_reimports_into_another_team_as_pending_candidates(
         assert version.evidence["operators"] == EVIDENCE["operators"]
         assert version.evidence["imported_from"]["team"] == team.slug
     was_approved = imported[f"import:{team.slug}:{rules['approved'].pk}"].versions.get()
-    assert was_approved.statement == "Hoist the bias load"  # the wording approved there
+    assert was_approved.statement == "Hoist the bias load out"  # the wording approved there
     assert was_approved.evidence["imported_from"]["status"] == "approved"
     assert hot_memory(other_team) == []  # nothing is trusted until a reviewer here approves
     assert record.status == "done" and record.created_by == reviewer
