@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client, RequestFactory
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerDown
 
 from apps.accounts.models import ApiToken, IdempotentRequest, Team
 from apps.accounts.roles import Role
@@ -184,6 +185,40 @@ def test_a_refusal_whose_key_cannot_be_let_go_still_reaches_its_client(
     assert refused.status_code in (400, 404)
     assert "no-such-operator" in refused.json()["error"]["message"]
     assert "Could not let the Idempotency-Key launch-1 go" in caplog.text
+
+
+def test_a_launch_the_broker_refuses_is_kept_and_its_retry_gets_the_first_answer(
+    transactional_db: None, team: Team, admin: User, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The session is committed before its first iteration is sent: a broker that refused it
+    turned the launch into a 500, which let the key go, and the retry launched a second one.
+    A starting agent worker runs the one kept (tests/runs/test_workers.py)."""
+    from apps.runs.tasks import advance_session
+
+    def broker_down(*args: object) -> None:
+        raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(advance_session, "delay", broker_down)
+    client = script(admin)
+    with caplog.at_level(logging.ERROR):
+        launched = post(client, sessions_url(team), LAUNCH)
+    retried = post(client, sessions_url(team), LAUNCH)
+
+    assert launched.status_code == 201
+    assert launched.json()["status"] == OptimizationSession.objects.get().status == "queued"
+    assert "the broker refused its next iteration" in caplog.text
+    assert retried.content == launched.content and retried["Idempotent-Replayed"] == "true"
+    assert OptimizationSession.objects.count() == 1
+    # resume and re-run send their message the same way
+    session_url = f"{sessions_url(team)}/{launched.json()['id']}"
+    assert post(client, f"{session_url}/pause", {}, key=None).status_code == 200
+    resumed = post(client, f"{session_url}/resume", {}, key="resume-1")
+    rerun = post(client, f"{session_url}/rerun", {}, key="rerun-1")
+    assert (resumed.status_code, resumed.json()["status"]) == (200, "running")
+    assert rerun.status_code == 201
+    assert post(client, f"{session_url}/rerun", {}, key="rerun-1").content == rerun.content
+    assert OptimizationSession.objects.count() == 2
 
 
 def test_keys_a_day_old_are_forgotten_everyones_at_once(team: Team, admin: User) -> None:

@@ -3,6 +3,7 @@ so that the API, the pages and the commands obey the same rule."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,8 @@ from apps.operators.models import Suite
 from apps.operators.selectors import operator_get, suite_get, suites_visible_to, version_get
 from apps.runs.config import Budgets, Measurement, OperatorEntry, SessionConfig, code_version
 from apps.runs.models import OptimizationSession
+
+logger = logging.getLogger(__name__)
 
 AnyUser = AbstractBaseUser | AnonymousUser
 STATUS = OptimizationSession.Status
@@ -128,12 +131,23 @@ def session_from_config(
 
 def enqueue_advance(session_id: int) -> None:
     """Queue the session's next iteration under a new ticket (older messages become stale)."""
-    from apps.runs.tasks import advance_session
-
     with transaction.atomic():
         OptimizationSession.objects.filter(pk=session_id).update(ticket=F("ticket") + 1)
         ticket = OptimizationSession.objects.values_list("ticket", flat=True).get(pk=session_id)
-        transaction.on_commit(lambda: advance_session.delay(session_id, ticket))
+        transaction.on_commit(lambda: publish_advance(session_id, ticket))
+
+
+def publish_advance(session_id: int, ticket: int) -> None:
+    """Send the message. The session is committed by now: a broker that refuses it must not
+    turn a launch, resume or stop into a 500 (whose retry would launch again); the session
+    keeps its ticket, and the next agent worker to start queues it (`resume_orphaned`)."""
+    from apps.runs.tasks import advance_session
+
+    try:
+        advance_session.delay(session_id, ticket)
+    except Exception:  # kombu's OperationalError (Redis), ChannelError (the folder broker), ...
+        logger.exception("session %s: the broker refused its next iteration; the next agent "
+                         "worker to start queues it", session_id)  # fmt: skip
 
 
 def _locked(session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:

@@ -80,16 +80,19 @@ def stop_after_error(session: OptimizationSession, reason: str) -> None:
 @shared_task(name="runs.resume_orphaned", ignore_result=True)
 def resume_orphaned() -> int:
     """Sessions that should be running but that no worker holds (their worker died between
-    or during iterations): queue their next iteration. A duplicate is harmless: the session
-    lock lets one advancer in, and replayed steps are not recorded twice."""
+    or during iterations, or the broker refused their message): queue their next iteration.
+    A duplicate is harmless: the session lock lets one advancer in, and replayed steps are
+    not recorded twice. A session never queued (ticket 0: made with start=False, as the
+    benchmarks make theirs) is run by the process that made it, and left to it."""
     from apps.runs.loop import session_is_locked
     from apps.runs.services import enqueue_advance
 
-    active = (OptimizationSession.Status.RUNNING, OptimizationSession.Status.STOPPING)
+    status = OptimizationSession.Status
+    active = (status.QUEUED, status.RUNNING, status.STOPPING)
     resumed = 0
-    for session_id in OptimizationSession.objects.filter(status__in=active).values_list(
-        "pk", flat=True
-    ):
+    for session_id in OptimizationSession.objects.filter(
+        status__in=active, ticket__gt=0
+    ).values_list("pk", flat=True):
         if not session_is_locked(session_id):
             enqueue_advance(session_id)
             resumed += 1

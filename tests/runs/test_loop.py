@@ -398,6 +398,36 @@ def test_a_retried_advance_whose_ticket_moved_on_queues_the_next_iteration_again
     assert session.ticket == old_ticket + 2
 
 
+def test_a_starting_agent_worker_queues_a_session_the_broker_refused_not_one_run_here(
+    gemm: OperatorVersion, monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:  # fmt: skip
+    """A launch whose message the broker refused stays queued with its ticket; a session made
+    with start=False (a benchmark's, run in its own process) was never queued: ticket 0."""
+    from kombu.exceptions import OperationalError as BrokerDown
+
+    from apps.runs.tasks import advance_session, resume_orphaned
+
+    def broker_down(*args: object) -> None:
+        raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    run_here = launch(TeamFactory(), ["gemm"])
+    running_here = launch(TeamFactory(), ["gemm"])
+    OptimizationSession.objects.filter(pk=running_here.pk).update(status="running")
+    with monkeypatch.context() as down, django_capture_on_commit_callbacks(execute=True):
+        down.setattr(advance_session, "delay", broker_down)
+        refused = session_create(team=TeamFactory(), user=None, operators=["gemm"])
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(advance_session, "delay", lambda *args: sent.append(args))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert resume_orphaned() == 1
+
+    assert sent == [(refused.pk, 2)]
+    statuses = OptimizationSession.objects.filter(pk__in=[run_here.pk, running_here.pk])
+    assert sorted(statuses.values_list("status", "ticket")) == [("queued", 0), ("running", 0)]
+
+
 class Commenting:
     """A policy that proposes its incumbent with a comment added, at the given threads."""
 

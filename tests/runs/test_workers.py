@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from kombu.exceptions import OperationalError as BrokerDown
 from websockets.sync.client import connect
 
 from apps.accounts.roles import Role
@@ -168,3 +169,34 @@ def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
     proposed = next(e for e in journal if e.kind == "candidate_proposed"
                     and e.payload["iteration"] == killed_in)  # fmt: skip
     assert cases[killed_in].source.sha256 == proposed.payload["source_sha256"]
+
+
+def test_a_launch_the_broker_refused_is_run_by_the_next_agent_worker_to_start(
+    device_worker: Process, transactional_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was left queued for ever: a starting worker re-queued running sessions only."""
+    from apps.runs.tasks import advance_session
+
+    def broker_down(*args: object) -> None:
+        raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    stored_builtin("relu")
+    membership = MembershipFactory(role=Role.ENGINEER)
+    client = Client()
+    client.force_login(membership.user)
+    run_here = session_create(team=membership.team, user=None, operators=["relu"], start=False)
+    with monkeypatch.context() as down:
+        down.setattr(advance_session, "delay", broker_down)
+        launched = client.post(f"/api/teams/{membership.team.slug}/sessions", {
+            "operators": ["relu"], "budgets": {"rounds": 1}, "measurement": FAST},
+            content_type="application/json")  # fmt: skip
+    assert launched.status_code == 201
+
+    with celery_worker(process_env("single-machine"), "agent", "agent@refused"):
+        wait_until(
+            lambda: OptimizationSession.objects.get(pk=launched.json()["id"]).status == "finished",
+            180, "the refused launch to run", lambda: session_story(launched.json()["id"]),
+        )  # fmt: skip
+
+    run_here.refresh_from_db()
+    assert (run_here.status, run_here.last_seq) == ("queued", 0)  # left to its own process
