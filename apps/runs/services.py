@@ -19,8 +19,7 @@ from apps.core.errors import Conflict, DomainError, NotFound
 from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
 from apps.memory.journal import journal_append
-from apps.operators.models import Suite
-from apps.operators.selectors import operator_get, suite_get, suites_visible_to, version_get
+from apps.operators.selectors import operator_get, suite_get, version_get
 from apps.runs.config import Budgets, Measurement, OperatorEntry, SessionConfig, code_version
 from apps.runs.models import OptimizationSession
 
@@ -209,7 +208,3 @@ def session_rerun(*, session: OptimizationSession, user: AnyUser | None) -> Opti
     require_runnable_here(config.target, config.policy)  # the key may have gone since
     return session_from_config(session.team, user, config, label=f"re-run of {session}",
                                rerun_of=session)  # fmt: skip
-
-
-def suites_for(team: Team) -> list[Suite]:
-    return list(suites_visible_to(team))

@@ -48,10 +48,10 @@ def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
 
 def launch_form(membership: Membership, data: Any = None) -> LaunchForm:
     team = membership.team
-    operators = [v.operator.slug for v in selectors.latest_versions(
-        selectors.operators_visible_to(team))]  # fmt: skip
-    # A team's own suite and a shared one of the same slug are one choice: the launch runs
-    # the team's own (suite_get), as its page shows.
+    # A team's own operator or suite and a shared one of the same slug are one choice: the
+    # launch runs the team's own (operator_get, suite_get), as its pages show.
+    operators = list(dict.fromkeys(v.operator.slug for v in selectors.latest_versions(
+        selectors.operators_visible_to(team))))  # fmt: skip
     suites = list(dict.fromkeys(s.slug for s in selectors.suites_visible_to(team)))
     return LaunchForm(data, operators=operators, suites=suites)
 

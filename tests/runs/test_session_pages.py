@@ -43,6 +43,23 @@ def test_the_launch_form_starts_a_session_with_its_settings(
     assert session.config["measurement"]["repeats"] == 20
 
 
+def test_an_operator_slug_shared_and_the_team_s_own_is_one_choice_that_launches_the_team_s(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    stored_builtin("relu")
+    own = stored_builtin("relu", team)
+    client = client_for(Role.ENGINEER)
+
+    form = client.get(f"/t/{team.slug}/sessions/new/").context["form"]
+    client.post(f"/t/{team.slug}/sessions/new/", {
+        "operators": "relu", "policy": "offline", "memory_mode": "off",
+        "rounds": "4", "plateau": "2", "repeats": "20", "seed": "0"})  # fmt: skip
+
+    assert [slug for slug, _ in form.fields["operators"].choices] == ["relu"]
+    session = OptimizationSession.objects.get(team=team)
+    assert [entry["version_id"] for entry in session.config["operators"]] == [own.pk]
+
+
 def test_a_suite_slug_shared_and_the_team_s_own_is_one_choice_that_launches_the_team_s(
     team: Team, client_for: Callable[[Role], Client]
 ) -> None:
