@@ -15,12 +15,12 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from apps.accounts.models import Team
-from apps.memory.hot import hot_memory_refresh, hot_memory_standings
+from apps.memory.hot import hot_memory_refresh
 from apps.memory.journal import journal_append
 from apps.memory.keys import id_in_key
 from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
-from apps.memory.rules import Wording, rule_propose
+from apps.memory.rules import Wording, hot_memory, rule_propose
 from apps.memory.selectors import value_keys
 
 
@@ -175,7 +175,7 @@ def record_hot_memory_use(team: Team, used_rule_ids: set[int], *, mode: MemoryMo
         return
     beta = settings.KOPE_HOT_FREQUENCY_BETA
     with transaction.atomic():
-        resident = [s.rule.pk for s in hot_memory_standings(team) if s.resident]
+        resident = [version.rule_id for version in hot_memory(team)]
         rules = Rule.objects.filter(pk__in=resident, status=Rule.Status.APPROVED)
         for rule in rules.select_for_update():
             rule.frequency = next_frequency(rule.frequency, rule.pk in used_rule_ids, beta)
