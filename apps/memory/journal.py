@@ -87,6 +87,14 @@ def case_of(event: JournalEvent) -> int | None:
     return event.pk if event.kind == "case_recorded" else None
 
 
+def incumbent_cases(session_id: int) -> set[int]:
+    """The cases the session made its incumbent, each in turn (its `incumbent_replaced`
+    events): not the lowest latencies, since a candidate replaces the incumbent only when it is
+    faster timed beside it."""
+    events = JournalEvent.objects.filter(session_id=session_id, kind="incumbent_replaced")
+    return set(events.values_list("payload__case_id", flat=True))
+
+
 def step_done(session_id: int, step: str) -> JournalEvent | None:
     return JournalEvent.objects.filter(session_id=session_id, step=step).first()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.memory.journal import incumbent_cases
 from apps.memory.keys import id_in_key, rule_key
 from apps.memory.models import Case, JournalEvent, Rule
 from apps.reports.figures import OperatorRow, operator_rows, side_by_side, suite_figures
@@ -30,9 +31,7 @@ def case_rows(session: OptimizationSession) -> list[dict[str, Any]]:
         .select_related("version__operator", "source")
         .order_by("iteration", "pk")
     )
-    incumbents = {
-        e.payload.get("case_id") for e in session_events(session, ("incumbent_replaced",))
-    }
+    incumbents = incumbent_cases(session.pk)
     return [
         {
             "id": c.pk, "operator": c.version.operator.slug, "operator_version": c.version.number,

@@ -16,7 +16,7 @@ from apps.accounts.roles import Permission
 from apps.core.code_html import c_code_html
 from apps.core.errors import DomainError
 from apps.core.pages import page_of
-from apps.memory.journal import case_of
+from apps.memory.journal import case_of, incumbent_cases
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 from apps.runs.config import Measurement, SessionConfig
@@ -147,11 +147,7 @@ def latency_chart(
     and a candidate replaces the incumbent only when it is faster timed beside it."""
     slugs = {entry.version_id: entry.slug for entry in config.operators}
     attempts: dict[str, list[dict[str, Any]]] = {entry.slug: [] for entry in config.operators}
-    incumbents = set(
-        JournalEvent.objects.filter(session=session, kind="incumbent_replaced").values_list(
-            "payload__case_id", flat=True
-        )
-    )
+    incumbents = incumbent_cases(session.pk)
     rows = (
         Case.objects.filter(session=session)
         .order_by("iteration", "pk")
