@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 
-# Backslash first: the escapes after it add backslashes of their own.
+# Backslash first: the escapes after it add backslashes of their own. `*`, `_` and `~` would
+# turn `__shared__` or `4*4*4` into bold, italics or strikethrough and drop the marks; a `#`
+# that ends a heading's line would be taken for its closing sequence and dropped.
 ESCAPES = [("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), ("[", "\\["), ("]", "\\]"),
-           ("`", "\\`"), ("|", "\\|")]  # fmt: skip
+           ("`", "\\`"), ("|", "\\|"), ("*", "\\*"), ("_", "\\_"), ("~", "\\~"),
+           ("#", "\\#")]  # fmt: skip
 
 
 def md_text(text: str) -> str:

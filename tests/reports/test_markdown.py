@@ -27,11 +27,12 @@ HOSTILE = [
     "`code` and ``two``",
     "ends here\n## a heading\n- a list item\n\n<div>block</div>",
     "back\\slash \\[ \\` \\",
+    "stage tiles in __shared__ memory, tile 4*4*4, *unroll* and ~~old~~ loads",
 ]
 
 
 def rendered(markdown: str) -> str:
-    return MarkdownIt("commonmark").enable("table").render(markdown)
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown)
 
 
 def shown_text(markup: str) -> str:
@@ -48,6 +49,13 @@ def test_text_renders_as_itself_in_one_paragraph(text: str) -> None:
 
     assert re.fullmatch(r"<p>[^<]*</p>\n", markup), markup  # no element inside, one paragraph
     assert shown_text(markup) == f"Said: {one_line(text)}"
+
+
+@pytest.mark.parametrize("text", ["use shared memory ##", "a #", "#"])
+def test_a_heading_keeps_the_hashes_its_text_ends_with(text: str) -> None:
+    markup = rendered(f"### Rule 1 v1: {md_text(text)}")
+
+    assert shown_text(markup) == f"Rule 1 v1: {text}"
 
 
 def test_a_table_cell_keeps_its_pipes_inside_it() -> None:
