@@ -149,6 +149,29 @@ def test_a_kernel_already_run_is_sent_back_to_the_model_without_spending_a_round
     assert Case.objects.get(session=session, iteration=1).strategy == "interchange i-p-j"
 
 
+def test_a_kernel_already_run_written_without_evaluate_is_sent_back_too(
+    transactional_db: None, eager_tasks: None, claude_api: FakeAnthropic
+) -> None:
+    """A model that writes a kernel the operator already ran and stops talking is told so, as
+    `evaluate` would have told it, rather than having that kernel measured again."""
+    session = claude_session(rounds=2)
+    assert step(session)  # iteration 0: the starting kernel
+    starting = Case.objects.get(session=session, iteration=0).source.text
+    claude_api.script(
+        message(tool_use("write_candidate", {"source": starting, "strategy": "as it was"}),
+                stop_reason="tool_use"),
+        message(text("Done."), stop_reason="end_turn"),
+        message(tool_use("write_candidate", {"source": IPJ_GEMM, "strategy": "interchange i-p-j"}),
+                tool_use("evaluate", {}), stop_reason="tool_use"),
+    )  # fmt: skip
+
+    assert step(session)
+
+    told = claude_api.requests[2].body["messages"][-1]["content"]
+    assert "already ran for this operator" in json.dumps(told)
+    assert Case.objects.get(session=session, iteration=1).strategy == "interchange i-p-j"
+
+
 def test_an_api_that_keeps_failing_pauses_the_session_with_the_reason_and_loses_nothing(
     transactional_db: None, eager_tasks: None, claude_api: FakeAnthropic
 ) -> None:

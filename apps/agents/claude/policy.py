@@ -151,7 +151,7 @@ class ClaudePolicy:
         messages: list[dict[str, Any]] = [{"role": "user", "content": opening(situation)}]
         for _ in range(MAX_TURNS):
             if tools.tokens_left() <= 0:
-                if state.candidate is not None:
+                if new_kernel(state, situation) is not None:
                     break  # the written candidate is paid for: evaluate it
                 return Proposal(None, rationale="the token budget is spent")
             try:
@@ -167,15 +167,15 @@ class ClaudePolicy:
             state.notes += [b["text"] for b in turn.content if b["type"] == "text"]
             calls = [b for b in turn.content if b["type"] == "tool_use"]
             if not calls:
-                if state.candidate is not None:
+                if new_kernel(state, situation) is not None:
                     break  # it wrote a candidate and stopped talking: evaluate it
-                messages.append({"role": "user", "content": NUDGE})
+                messages.append({"role": "user", "content": nudge(state)})
                 continue
             results = [self.run_tool(call, state, situation, tools) for call in calls]
             if state.evaluate and state.candidate is not None:
                 break
             messages.append({"role": "user", "content": results})
-        return finished(state)
+        return finished(state, situation)
 
     def run_tool(
         self, call: dict[str, Any], state: Turns, situation: Situation, tools: Tools
@@ -200,6 +200,20 @@ class ClaudePolicy:
 
 
 NUDGE = "Write a candidate with write_candidate, then call evaluate."
+ALREADY_RAN = ("this kernel already ran for this operator (the same source, flags and threads): "
+               "change it, then evaluate")  # fmt: skip
+
+
+def new_kernel(state: Turns, situation: Situation) -> Candidate | None:
+    """The written candidate, unless the operator already ran its kernel: handed over, it
+    would only be measured again (what `evaluate` refuses)."""
+    if state.candidate is None or state.candidate.kernel_key in situation.evaluated:
+        return None
+    return state.candidate
+
+
+def nudge(state: Turns) -> str:
+    return NUDGE if state.candidate is None else f"The written candidate: {ALREADY_RAN}."
 
 
 class ToolInputError(ValueError):
@@ -300,9 +314,8 @@ def evaluate_tool(arguments: dict[str, Any], state: Turns, situation: Situation,
                   tools: Tools) -> str:  # fmt: skip
     if state.candidate is None:
         raise ToolInputError("write a candidate with write_candidate before evaluate")
-    if state.candidate.kernel_key in situation.evaluated:
-        raise ToolInputError("this kernel already ran for this operator (the same source, "
-                             "flags and threads): change it, then evaluate")  # fmt: skip
+    if new_kernel(state, situation) is None:
+        raise ToolInputError(ALREADY_RAN)
     state.evaluate = True
     return "handed over for evaluation"
 
@@ -325,14 +338,15 @@ def summary_of(name: str, arguments: dict[str, Any], result: str) -> str:
     return result[:500]
 
 
-def finished(state: Turns) -> Proposal:
+def finished(state: Turns, situation: Situation) -> Proposal:
     adopted = [{"key": key, "why": why} for key, why in state.adopted.items()]
     rationale = " ".join(state.notes)[:2000]
-    if state.candidate is None:
+    candidate = new_kernel(state, situation)
+    if candidate is None:
         return Proposal(
             None,
             adopted=adopted,
-            rationale=rationale or f"no candidate written in {MAX_TURNS} turns",
+            rationale=rationale or f"no new kernel written in {MAX_TURNS} turns",
         )
-    return Proposal(state.candidate, adopted=adopted, rationale=rationale,
+    return Proposal(candidate, adopted=adopted, rationale=rationale,
                     retrieved=list(state.searched))  # fmt: skip
