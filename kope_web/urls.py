@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, include, path
 
+from apps.accounts.views import LoginView
 from kope_web.api import api
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
@@ -27,7 +28,7 @@ def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
 urlpatterns = [
     path(
         "accounts/login/",
-        login_not_required(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        login_not_required(LoginView.as_view()),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

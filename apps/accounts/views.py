@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -11,6 +14,16 @@ from apps.accounts.forms import MemberForm, TokenForm
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.errors import DomainError
+
+
+class LoginView(auth_views.LoginView):
+    redirect_authenticated_user = True
+
+    def get_success_url(self) -> str:
+        """The safe `next`, unless it is the login page: a logged-in user sent there would be
+        sent back again, which Django refuses with an exception (a 500)."""
+        url = super().get_success_url()
+        return self.get_default_redirect_url() if urlsplit(url).path == self.request.path else url
 
 
 def tokens(request: HttpRequest) -> HttpResponse:
