@@ -12,6 +12,7 @@ import anthropic
 import pytest
 
 from apps.agents.claude.client import (
+    MIN_SCRUBBED_KEY_CHARS,
     ClientSettings,
     ModelClient,
     ModelTurn,
@@ -354,6 +355,23 @@ def test_a_key_echoed_back_by_the_server_is_scrubbed(
 
     assert API_KEY not in str(raised.value)
     assert str(raised.value).endswith("invalid x-api-key ***")
+
+
+def test_a_key_echoed_back_where_the_reason_is_cut_short_is_scrubbed_whole(
+    api: FakeAnthropic, sleeps: list[float]
+) -> None:
+    """A reason is cut to MAX_REASON_CHARS; cut first, a key across the cut was left half
+    shown, too short to match the key it scrubs."""
+    key = "sk-ant-api03-" + "Qx7vLm2Rp9" * 9  # as long as a real key
+    padding = "the request was rejected by the upstream proxy " * 5
+    api.script(error(401, "authentication_error", f"{padding}invalid x-api-key {key}"))
+    settings = ClientSettings(api_key=key, model=MODEL, base_url=api.base_url)
+
+    with pytest.raises(ModelUnavailable) as raised:
+        take_turn(ModelClient(settings, sleep=sleeps.append))
+
+    assert str(raised.value).startswith("Anthropic API refused the request: 401")
+    assert key[:MIN_SCRUBBED_KEY_CHARS] not in str(raised.value)
 
 
 # The fake server itself ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, cast
@@ -186,7 +186,7 @@ class ModelClient:
             try:
                 message, request_id = self._request(system, messages, tools)
             except (anthropic.APIError, httpx2.TransportError) as exc:
-                failure = describe_failure(exc, self.settings.timeout_s)
+                failure = self._scrubbed(describe_failure(exc, self.settings.timeout_s))
                 self._give_up_or_wait(failure, attempts, exc)
             else:
                 return ModelTurn(
@@ -218,6 +218,10 @@ class ModelClient:
             return min(cap, failure.retry_after_s)
         exponential = min(cap, self.settings.backoff_base_s * 2.0**retry_index)
         return exponential * (0.5 + 0.5 * self._rng.random())
+
+    def _scrubbed(self, failure: _Failure) -> _Failure:
+        # Scrubbed before it is cut short: a key across the cut would match no longer.
+        return replace(failure, reason=_shorten(self._scrub(failure.reason)))
 
     def _scrub(self, text: str) -> str:
         key = self.settings.api_key
@@ -274,7 +278,7 @@ def describe_failure(exc: Exception, timeout_s: float) -> _Failure:
         return _Failure("transient", f"stream interrupted: {type(exc).__name__}: {exc}")
     if isinstance(exc, anthropic.APIStatusError):
         return _status_failure(exc)
-    return _Failure("unusable", _shorten(str(exc)))
+    return _Failure("unusable", str(exc))
 
 
 def _status_failure(exc: anthropic.APIStatusError) -> _Failure:
@@ -301,8 +305,8 @@ def _error_fields(exc: anthropic.APIStatusError) -> tuple[str, str]:
     body = exc.body
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
-        return str(error.get("type", "unknown_error")), _shorten(str(error.get("message", "")))
-    return "http_error", _shorten(body if isinstance(body, str) and body else exc.message)
+        return str(error.get("type", "unknown_error")), str(error.get("message", ""))
+    return "http_error", body if isinstance(body, str) and body else exc.message
 
 
 def _retry_after_s(header: str | None) -> float | None:
