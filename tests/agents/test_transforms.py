@@ -674,6 +674,36 @@ def test_unusual_c_is_analysed_and_transformed_into_code_that_compiles(tmp_path:
         assert result.returncode == 0, f"{strategy.label()}\n{result.stderr}"
 
 
+# A search that tests its bound inside the body: a `for` without a condition.
+UNBOUNDED = """#include "kope_kernel.h"
+
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    const float *x = (const float *)inputs[0].data;
+    float *y = (float *)outputs[0].data;
+    int64_t n = inputs[0].shape[0];
+    for (int64_t k = 0;; ++k) {
+        if (k >= n || x[k] < 0.0f) break;
+        y[k] = 2.0f * x[k];
+    }
+    return 0;
+}
+"""
+
+
+def test_a_loop_without_a_condition_is_not_unrolled(tmp_path: Path) -> None:
+    """gcc refuses `#pragma GCC unroll` before a loop without a condition."""
+    offered = applicable(UNBOUNDED)
+    assert not [strategy for strategy in offered if strategy.name == "unroll"]
+    with pytest.raises(TransformError, match="condition"):
+        apply(make("unroll", loop="L0", factor=4), UNBOUNDED)
+    if shutil.which("gcc") is None:
+        return
+    for index, strategy in enumerate(offered):
+        result = compile_c(apply(strategy, UNBOUNDED), tmp_path / f"unbounded{index}", shared=False)
+        assert result.returncode == 0, f"{strategy.label()}\n{result.stderr}"
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 

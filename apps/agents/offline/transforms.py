@@ -1165,6 +1165,8 @@ def _unroll(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     factor = _choice(strategy, "factor", UNROLL_FACTORS)
     _innermost(strategy, loop)
     _no_pragmas(strategy, loop)
+    if field(loop.node, "condition") is None:
+        _fail(strategy, loop, "has no condition (gcc unrolls only a loop with one)")
     _not_in_collapsed_nest(kernel, strategy, loop)
     return _prefix(kernel, loop.node, [f"#pragma GCC unroll {factor}"])
 
