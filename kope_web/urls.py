@@ -9,6 +9,7 @@ from apps.accounts.views import LoginView
 from kope_web.api import api
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
+handler400 = "apps.core.views.bad_request"
 handler404 = "apps.core.views.not_found"
 handler500 = "apps.core.views.server_error"
 

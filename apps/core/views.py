@@ -1,12 +1,16 @@
-"""The error pages: a 4xx a page refuses with, a 404 that names what is missing, and the
-server-error handler (a database that cannot be reached is a 503 that says so)."""
+"""The error pages: a 4xx a page refuses with, a 400 for a request that cannot be read and a
+404 that say why, and the server-error handler (a database that cannot be reached is a 503 that
+says so)."""
 
 from __future__ import annotations
 
 import sys
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import Resolver404
@@ -29,6 +33,31 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if isinstance(exception, Resolver404):  # its message is the URL patterns tried
         exception = Resolver404(f"No page at {request.path}.")
     return page_not_found(request, exception)
+
+
+@requires_csrf_token
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A request Django could not read; under /api/, in the API's error format. Like Django's
+    own handler, the page is drawn without the request: its body or query is what failed."""
+    message = f"The request cannot be read: {unreadable_because(exception)}"
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": {"code": "invalid", "message": message}}, status=400)
+    return HttpResponseBadRequest(render_to_string("400.html", {"exception": message}))
+
+
+def unreadable_because(error: Exception) -> str:
+    if isinstance(error, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return f"its body is over {limit} bytes (KOPE_MAX_REQUEST_BYTES)"
+    if isinstance(error, TooManyFieldsSent):
+        return f"it has over {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields"
+    if isinstance(error, TooManyFilesSent):
+        return f"it has over {settings.DATA_UPLOAD_MAX_NUMBER_FILES} files"
+    if isinstance(error, MultiPartParserError):
+        return f"its multipart body is malformed ({error})"
+    # Other suspicious requests (a Host header not allowed, say): Django keeps their detail
+    # for the log, and so does this.
+    return "it is malformed"
 
 
 def refused(request: HttpRequest, message: str, status: int = 400) -> HttpResponse:
