@@ -27,7 +27,7 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.memory.models import Rule
-from apps.memory.rules import Wording
+from apps.memory.rules import MAX_CONDITION_CHARS, MAX_STATEMENT_CHARS, Wording
 from apps.reports.markdown import md_code, md_text
 from apps.reports.redact import redacted, setting_secrets
 
@@ -129,10 +129,14 @@ def _require(ok: bool, where: str, what: str) -> None:
         raise ImportFileError(f"{where}: {what}")
 
 
-def _text(entry: dict[str, Any], name: str, where: str, *, required: bool = True) -> str:
+def _text(entry: dict[str, Any], name: str, where: str, *, required: bool = True,
+          limit: int | None = None) -> str:  # fmt: skip
     value = entry.get(name, "")
     _require(isinstance(value, str), f"{where}.{name}", "must be a string")
     _require(not required or bool(value.strip()), f"{where}.{name}", "must not be empty")
+    length = len(value.strip())
+    _require(limit is None or length <= limit, f"{where}.{name}",
+             f"is {length} characters; at most {limit}")  # fmt: skip
     return str(value)
 
 
@@ -199,9 +203,11 @@ def imported_rule(entry: Any, index: int, team: dict[str, Any]) -> ImportedRule 
         at = f"{where}.versions[{j}]"
         _require(isinstance(version, dict), at, "must be an object")
         _require(isinstance(version.get("number"), int), f"{at}.number", "must be a whole number")
-        _text(version, "statement", at)
-        _text(version, "applies_when", at)
-        _text(version, "not_when", at, required=False)
+        # The lengths a reviewer's wording keeps to: an imported rule is reviewed, edited and
+        # put into the agent's context like one.
+        _text(version, "statement", at, limit=MAX_STATEMENT_CHARS)
+        _text(version, "applies_when", at, limit=MAX_CONDITION_CHARS)
+        _text(version, "not_when", at, limit=MAX_CONDITION_CHARS, required=False)
         _require(isinstance(version.get("evidence", {}), dict), f"{at}.evidence",
                  "must be an object")  # fmt: skip
     history = entry.get("history", [])

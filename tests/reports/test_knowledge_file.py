@@ -51,6 +51,13 @@ def test_a_file_that_is_not_a_knowledge_base_export_says_why(raw: bytes, message
         (rule(status="adored"), "rules[1].status: must be one of candidate, pending"),
         ({**rule(), "versions": []}, "rules[1].versions: must be a non-empty list"),
         ("a rule", "rules[1]: must be an object"),
+        # no longer than a reviewer (or the model distilling a rule) may write one
+        (rule(statement="x" * 4001), "rules[1].versions[0].statement: is 4001 characters; "
+                                     "at most 4000"),
+        (rule(applies_when="x" * 2001), "rules[1].versions[0].applies_when: is 2001 "
+                                        "characters; at most 2000"),
+        (rule(not_when="x" * 2001), "rules[1].versions[0].not_when: is 2001 characters; "
+                                    "at most 2000"),
     ],
 )  # fmt: skip
 def test_a_bad_rule_is_named_by_its_place_in_the_file(bad: Any, message: str) -> None:
