@@ -581,6 +581,19 @@ def test_restrict_pointers_marks_every_data_pointer(operator: str) -> None:
     assert result.count("restrict") == len(data_lines)
 
 
+def test_restrict_pointers_leaves_two_pointers_to_one_tensor_alone() -> None:
+    """`restrict` on both would promise gcc that the output's total and its elements never
+    share memory."""
+    source = naive("relu").replace(
+        "    float *y = (float *)outputs[0].data;\n",
+        "    float *y = (float *)outputs[0].data;\n    float *total = (float *)outputs[0].data;\n",
+    )
+    result = apply(make("restrict_pointers"), source)
+    assert "float *total = (float *)outputs[0].data;" in result
+    assert "float *y = (float *)outputs[0].data;" in result
+    assert "*restrict x = " in result
+
+
 def test_cumsum_scan_is_offered_simd_with_a_reduction() -> None:
     source = naive("cumsum")
     inner = loops(source)[1]

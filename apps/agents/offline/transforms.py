@@ -1520,7 +1520,7 @@ def _is_invariant_value(kernel: _Kernel, node: Node, varying: set[str]) -> bool:
 
 def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
     tensors = set(parameter_names(kernel.function)[0:3:2])  # inputs, outputs
-    edits = []
+    pointers: dict[str, list[Node]] = {}  # per tensor, the pointers declared to its data
     for node in walk(kernel.function):
         if node.type != "declaration":
             continue
@@ -1528,12 +1528,12 @@ def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
             pointer, value = field(declarator, "declarator"), field(declarator, "value")
             if pointer is None or value is None or pointer.type != "pointer_declarator":
                 continue
-            name = field(pointer, "declarator")
-            qualifiers = [text(c) for c in pointer.children if c.type == "type_qualifier"]
-            if name is None or name.type != "identifier" or "restrict" in qualifiers:
-                continue
-            if _is_tensor_data(value, tensors):
-                edits.append(insertion(name.start_byte, "restrict "))
+            tensor = _tensor_of_data(value, tensors)
+            if tensor is not None:
+                pointers.setdefault(tensor, []).append(pointer)
+    # Two pointers to one tensor's data alias: `restrict` on them would say they do not.
+    alone = [found[0] for found in pointers.values() if len(found) == 1]
+    edits = [edit for edit in map(_restricted, alone) if edit is not None]
     if not edits:
         _fail(strategy, None, "no unrestricted pointer is initialised from inputs/outputs .data")
     return edits
@@ -1583,16 +1583,29 @@ def _after_includes(kernel: _Kernel) -> int:
     return includes[-1].end_byte if includes else 0
 
 
-def _is_tensor_data(value: Node, tensors: set[str]) -> bool:
-    """`(T *)inputs[i].data`, `outputs->data` and the like."""
+def _restricted(pointer: Node) -> Edit | None:
+    """The edit that declares `pointer` (`*p`) restrict; None where it is already."""
+    name = field(pointer, "declarator")
+    qualifiers = [text(c) for c in pointer.children if c.type == "type_qualifier"]
+    if name is None or name.type != "identifier" or "restrict" in qualifiers:
+        return None
+    return insertion(name.start_byte, "restrict ")
+
+
+def _tensor_of_data(value: Node, tensors: set[str]) -> str | None:
+    """The tensor whose data `value` points to: `inputs[0]` for `(T *)inputs[0].data` and for
+    `inputs->data`; None for any other value."""
     value = strip_parens_and_casts(value)
-    member, holder = field(value, "field"), field(value, "argument")
-    if value.type != "field_expression" or member is None or holder is None:
-        return False
-    holder = strip_parens(holder)
+    member, tensor = field(value, "field"), field(value, "argument")
+    if value.type != "field_expression" or member is None or tensor is None:
+        return None
+    holder = strip_parens(tensor)
     if holder.type == "subscript_expression":
         holder = strip_parens(field(holder, "argument") or holder)
-    return text(member) == "data" and holder.type == "identifier" and text(holder) in tensors
+    if text(member) != "data" or holder.type != "identifier" or text(holder) not in tensors:
+        return None
+    arrow = any(child.type == "->" for child in value.children)
+    return f"{squashed(tensor)}[0]" if arrow else squashed(tensor)
 
 
 def _float_accumulator(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
