@@ -16,6 +16,7 @@ The file format (JSON, `format` "kope-knowledge-base", `version` 1):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -35,6 +36,7 @@ FORMAT = "kope-knowledge-base"
 VERSION = 1
 IMPORTED_STATUSES = {Rule.Status.APPROVED, Rule.Status.PENDING, Rule.Status.CANDIDATE}
 MAX_RULES = 5000
+SOURCE_KEY_CHARS = 100  # Rule.source_key's max_length
 # Far below what Python's recursion limit lets later exports of the imported rules walk.
 MAX_DEPTH = 100
 
@@ -222,7 +224,11 @@ def imported_rule(entry: Any, index: int, team: dict[str, Any]) -> ImportedRule 
 
 def imported_key(team_slug: str, rule_id: Any, index: int) -> str:
     """Stable per source rule, so importing one file twice adds nothing the second time."""
-    return f"import:{team_slug}:{rule_id if isinstance(rule_id, int) else f'#{index}'}"[:100]
+    key = f"import:{team_slug}:{rule_id if isinstance(rule_id, int) else f'#{index}'}"
+    if len(key) <= SOURCE_KEY_CHARS:
+        return key
+    # Cut to the column, the keys of one long slug's rules would all be the same key.
+    return f"import:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def imported_evidence(entry: dict[str, Any], shown: dict[str, Any],

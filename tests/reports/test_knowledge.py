@@ -171,3 +171,22 @@ def test_a_file_from_a_team_with_a_long_name_imports_and_its_summary_is_cut(
     assert export.progress_text.startswith("2 rules from A team with a very long name")
     assert len(export.progress_text) == 200
     assert Rule.objects.filter(team=other_team).count() == 2
+
+
+def test_a_file_from_a_team_with_a_long_slug_imports_every_rule_once(
+    team: Team, other_team: Team
+) -> None:
+    """A key cut to the column's 100 characters made every rule of such a file one key: all
+    but the first were counted as already imported and left out."""
+    knowledge_of(team)
+    data = json.loads(exported(team, "json"))
+    data["team"]["slug"] = "a-workbench-elsewhere-" * 5
+    raw = json.dumps(data).encode()
+    reviewer = MembershipFactory(team=other_team, role=Role.REVIEWER).user
+
+    export = knowledge_import(team=other_team, user=reviewer, filename="kb.json", raw=raw)
+    again = knowledge_import(team=other_team, user=reviewer, filename="kb.json", raw=raw)
+
+    assert export.progress_text.startswith("2 rules from Kernels put up for review")
+    assert Rule.objects.filter(team=other_team).count() == 2
+    assert json.loads(bytes(again.content))["already_imported"] == 2
