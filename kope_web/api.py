@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -125,6 +128,27 @@ api.add_router("/", reports_router)
 
 def error_body(code: str, message: str, **extra: object) -> dict[str, object]:
     return {"error": {"code": code, "message": message, **extra}}
+
+
+View = Callable[..., HttpResponseBase]
+
+
+def method_refused_as_json(view: View) -> View:
+    """A URL's view, whose 405 (ninja's is plain text: no operation takes the method) is in the
+    API's error format."""
+
+    @functools.wraps(view)
+    def view_with_json_405(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405:
+            return response
+        allowed = ", ".join(sorted(method.strip() for method in response["Allow"].split(",")))
+        message = f"{request.path} does not take {request.method}; it takes {allowed}."
+        refused = JsonResponse(error_body("method_not_allowed", message), status=405)
+        refused["Allow"] = allowed
+        return refused
+
+    return view_with_json_405
 
 
 @api.exception_handler(DomainError)

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, include, path
 
 from apps.accounts.views import LoginView
-from kope_web.api import api
+from kope_web.api import api, method_refused_as_json
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
 handler400 = "apps.core.views.bad_request"
@@ -17,11 +17,15 @@ handler500 = "apps.core.views.server_error"
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     """API operations answer 401 themselves, so LoginRequiredMiddleware must not redirect them.
 
-    The interactive docs and the OpenAPI document stay behind the login page.
+    The interactive docs and the OpenAPI document stay behind the login page. Every URL
+    answers a method it does not take in the API's error format.
     """
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
-        if isinstance(pattern, URLPattern) and pattern.name not in NINJA_DOC_VIEWS:
+        if not isinstance(pattern, URLPattern):
+            continue
+        pattern.callback = method_refused_as_json(pattern.callback)
+        if pattern.name not in NINJA_DOC_VIEWS:
             login_not_required(pattern.callback)
     return patterns, app_name, namespace
 
