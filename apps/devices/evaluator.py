@@ -48,6 +48,8 @@ from apps.devices.cpu_c.protocol import (
     QUIT,
     RECORD,
     REFERENCE,
+    RENEW,
+    RENEWED,
     SMALL,
     order_tag,
     replies,
@@ -788,6 +790,19 @@ class Channel:
 
     def expect(self, tag: bytes, iteration: int, nonce: int) -> int:
         """Wait for the reply; the time it arrived. Anything else refuses the timing."""
+        arrived, status = self.receive(tag, iteration, nonce)
+        if status != 0:
+            raise TimingRefused(f"kope_kernel returned {status} during timing")
+        return arrived
+
+    def renew(self, iteration: int) -> bool:
+        """Have the harness put new contents in the timed inputs; whether it did."""
+        nonce, _ = self.order(RENEW, iteration)
+        _, status = self.receive(RENEW, iteration, nonce)
+        return status == RENEWED
+
+    def receive(self, tag: bytes, iteration: int, nonce: int) -> tuple[int, int]:
+        """The reply to an order: the time it arrived and its status."""
         data = b""
         while len(data) < RECORD.size:
             remaining = self.deadline - time.monotonic()
@@ -803,9 +818,7 @@ class Channel:
             raise TimingRefused(
                 "a reply the harness did not send (the kernel wrote to the timing channel)"
             )
-        if status != 0:
-            raise TimingRefused(f"kope_kernel returned {status} during timing")
-        return arrived
+        return arrived, status
 
 
 def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
@@ -813,7 +826,9 @@ def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
     reference_ns: list[int] = []
     timed_ns: dict[bytes, list[int]] = {CANDIDATE: [], BASELINE: []}
     scaling_ns = []
+    renewed = 0
     for iteration in range(options.warmup + options.repeats):
+        new_contents = channel.renew(iteration)
         tag = order_tag(iteration, with_baseline)
         nonce, sent = channel.order(tag, iteration)
         reference_done = previous = channel.expect(REFERENCE, iteration, nonce)
@@ -824,6 +839,7 @@ def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
             previous = done
         if iteration >= options.warmup:
             reference_ns.append(reference_done - sent)
+            renewed += new_contents
     for iteration in range(scaling_repeats(options) if with_scaling else 0):
         nonce, sent = channel.order(SMALL, iteration)
         scaling_ns.append(channel.expect(SMALL, iteration, nonce) - sent)
@@ -831,7 +847,8 @@ def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
     channel.expect(LAST, 0, nonce)
     channel.order(QUIT, 0)
     return {"reference_ns": reference_ns, "candidate_ns": timed_ns[CANDIDATE],
-            "baseline_ns": timed_ns[BASELINE], "scaling_ns": scaling_ns, "status": 0}  # fmt: skip
+            "baseline_ns": timed_ns[BASELINE], "scaling_ns": scaling_ns, "status": 0,
+            "inputs_renewed": renewed}  # fmt: skip
 
 
 def scaling_repeats(options: EvalSettings) -> int:
@@ -908,6 +925,7 @@ def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], option
         "threads": options.threads, "warmup": options.warmup, "repeats": options.repeats,
         "candidate": candidate, "reference": reference, "speedup": speedup,
         "candidate_samples_ms": [n / 1e6 for n in result["candidate_ns"]],
+        "inputs_renewed": result.get("inputs_renewed", 0),
     }  # fmt: skip
     if result.get("baseline_ns"):
         summary["baseline"] = stats_ms(result["baseline_ns"])

@@ -69,6 +69,8 @@ def _timed(timed: dict[str, Any] | None) -> list[str]:
     if "candidate" not in timed:
         return [f"timed: no ({timed.get('reason', '')})"]
     calls = f"{timed['repeats']} calls each, alternated, {timed['threads']} thread(s)"
+    if "inputs_renewed" in timed:
+        calls += f", {_inputs(timed['inputs_renewed'], timed['repeats'])}"
     lines = [
         f"timed on {timed['case_id']} ({calls}):",
         f"  candidate {_stats(timed['candidate'])}",
@@ -79,6 +81,12 @@ def _timed(timed: dict[str, Any] | None) -> list[str]:
         lines[3:3] = [f"  baseline (the kernel it changed) {_stats(timed['baseline'])}"]
         lines.append(f"  speedup vs the baseline, timed beside it: {timed['vs_baseline']:.2f}x")
     return lines
+
+
+def _inputs(renewed: int, repeats: int) -> str:
+    if renewed == repeats:
+        return "new inputs for each"
+    return f"new inputs for {renewed} of them" if renewed else "the same inputs for all"
 
 
 def _number(value: float | str) -> str:

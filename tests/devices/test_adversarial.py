@@ -27,12 +27,17 @@ from pytest_django import DjangoDbBlocker
 
 from apps.devices.evaluator import EvalSettings, OperatorUnderTest, evaluate_candidate
 from apps.devices.services import operator_under_test
+from apps.devices.verdicts import describe_verdict
 from tests.factories import store_every_builtin, stored_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = Path(__file__).resolve().parent / "adversarial"
 NAIVE_GEMM = ROOT / "apps" / "operators" / "builtin" / "gemm" / "naive.c"
 TIMING_CASE = "timing"
+
+# The gemm fixture reads the test database once. pytest-django creates it only where a
+# selected test asks for it, so without this mark a run of a few tests here found no tables.
+pytestmark = pytest.mark.django_db
 
 CORRECTNESS_ONLY = EvalSettings(seeds=2, warmup=1, repeats=5, threads=1, timing=False)
 TIMED = EvalSettings(seeds=2, warmup=1, repeats=5, threads=1, timing=True)
@@ -335,6 +340,21 @@ def test_a_kernel_keeping_the_answer_left_in_its_output_fails_the_last_timed_cal
     assert "wrong output on a timed call" in keeper["flags"]
 
 
+def test_a_kernel_remembering_answers_by_input_contents_is_timed_doing_the_work(
+    gemm: OperatorUnderTest,
+) -> None:
+    memo = evaluate_beside_naive(gemm, "memo_by_contents")
+
+    assert memo["status"] == "correct", memo["reason"]
+    assert memo["timed"]["ok"], memo["timed"].get("reason")  # it never hands back a wrong answer
+    assert memo["timed"]["inputs_renewed"] == TIMED.repeats
+    assert "5 calls each, alternated, 1 thread(s), new inputs for each" in describe_verdict(memo)
+    # Every timed call sees new contents, so its memory never hits: it is the naive kernel
+    # plus a hash. Were the contents the same call after call, it would copy instead of
+    # multiplying, tens of times faster.
+    assert memo["timed"]["vs_baseline"] < 1.5
+
+
 def evaluate_beside_naive(gemm: OperatorUnderTest, name: str) -> dict[str, Any]:
     """Timed in one process with the naive kernel, call for call: a ratio that a busy host
     (the other test worker compiling, say) slows on both sides alike."""
@@ -361,7 +381,6 @@ def test_a_kernel_cannot_answer_the_judges_timing_orders(gemm: OperatorUnderTest
 # --- the benchmark command -----------------------------------------------------------------
 
 
-@pytest.mark.django_db
 def test_the_evaluator_benchmark_reports_finite_positive_numbers() -> None:
     store_every_builtin()
     out = StringIO()

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from apps.devices.cpu_c.harness import last_call, timed_inputs
+from apps.devices.cpu_c.harness import Renewal, fresh_draw, last_call, timed_inputs
+from apps.devices.cpu_c.protocol import KEPT, RENEWED
 from apps.operators.refrun import Reference
 
 SHAPES = [(4, 3), (3, 5)]
@@ -36,10 +37,14 @@ def random_draw(params: dict[str, Any], generator: Any) -> list[Any]:
     return [torch.randn(*shape, generator=generator) for shape in SHAPES]
 
 
+def drawn_inputs(reference: Reference, run: dict[str, Any]) -> tuple[list[np.ndarray], bool]:
+    return timed_inputs(fresh_draw(reference, run), run)
+
+
 def test_timed_calls_get_a_fresh_draw_of_the_judges_shapes(tmp_path: Path) -> None:
     metas = judges_inputs(tmp_path)
 
-    inputs, fresh = timed_inputs(reference_drawing(random_draw), run_with(metas))
+    inputs, fresh = drawn_inputs(reference_drawing(random_draw), run_with(metas))
 
     assert fresh
     assert [a.shape for a in inputs] == SHAPES and all(a.dtype == np.float32 for a in inputs)
@@ -52,10 +57,38 @@ def test_a_draw_unlike_the_judges_falls_back_to_a_copy_of_them(tmp_path: Path) -
     metas = judges_inputs(tmp_path)
     wrong_shapes = reference_drawing(lambda params, generator: [torch.zeros(2, 2)])
 
-    inputs, fresh = timed_inputs(wrong_shapes, run_with(metas))
+    inputs, fresh = drawn_inputs(wrong_shapes, run_with(metas))
 
     assert not fresh
     assert np.array_equal(inputs[1], np.fromfile(metas[1]["file"], np.float32).reshape(3, 5))
+
+
+def test_each_renewal_draws_new_contents_into_the_same_buffers(tmp_path: Path) -> None:
+    metas = judges_inputs(tmp_path)
+    reference, run = reference_drawing(random_draw), run_with(metas)
+    inputs, _ = drawn_inputs(reference, run)
+    renewal = Renewal(reference, run, inputs, budget_s=60.0, first_draw_s=0.0)
+    seen = [a.copy() for a in inputs]
+
+    statuses = [renewal(), renewal()]
+
+    assert statuses == [RENEWED, RENEWED]
+    assert not np.array_equal(inputs[0], seen[0]) and not np.array_equal(inputs[1], seen[1])
+    assert [a.shape for a in inputs] == SHAPES
+
+
+def test_renewal_stops_once_draws_cost_more_than_the_budget_on_average(tmp_path: Path) -> None:
+    metas = judges_inputs(tmp_path)
+    reference, run = reference_drawing(random_draw), run_with(metas)
+    inputs, _ = drawn_inputs(reference, run)
+    slow_once = Renewal(reference, run, inputs, budget_s=1.0, first_draw_s=0.9)
+    expensive = Renewal(reference, run, inputs, budget_s=1.0, first_draw_s=3.0)
+
+    # 0.9 s, then draws of a millisecond: the mean stays within the budget.
+    assert [slow_once(), slow_once(), slow_once()] == [RENEWED] * 3
+    kept = [a.copy() for a in inputs]
+    assert [expensive(), expensive()] == [KEPT, KEPT]
+    assert all(np.array_equal(a, b) for a, b in zip(inputs, kept, strict=True))
 
 
 class Remembering:
@@ -74,7 +107,7 @@ class Remembering:
 
 def test_the_last_call_sees_the_judges_inputs_in_the_timed_buffers(tmp_path: Path) -> None:
     metas = judges_inputs(tmp_path)
-    inputs, fresh = timed_inputs(reference_drawing(random_draw), run_with(metas))
+    inputs, fresh = drawn_inputs(reference_drawing(random_draw), run_with(metas))
     call = Remembering(inputs, [np.empty((4, 5), np.float32)])
     last = [np.empty((4, 5), np.float32)]
     call()  # a timed call

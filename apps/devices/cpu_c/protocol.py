@@ -6,7 +6,9 @@ the kernel's status. A timed order (GO or SWAPPED) makes the harness call the re
 REFERENCE, then call the kernels and reply with each one's tag in the order `replies` gives.
 With a baseline (the kernel the candidate changed) GO runs the baseline first and SWAPPED the
 candidate first; the judge alternates the two (`order_tag`) so that neither always runs on the
-caches the other warmed.
+caches the other warmed. Before each timed order the judge sends RENEW, untimed: the harness
+puts new contents in the timed inputs and replies RENEW with RENEWED, so no timed call sees
+the contents an earlier one saw, or with KEPT where a draw would cost more than the calls.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import struct
 
 RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status
-GO, SWAPPED, SMALL, LAST, QUIT = b"g", b"h", b"s", b"l", b"q"  # orders
+GO, SWAPPED, SMALL, LAST, RENEW, QUIT = b"g", b"h", b"s", b"l", b"n", b"q"  # orders
 REFERENCE, CANDIDATE, BASELINE = b"r", b"c", b"b"  # replies to a timed order
+KEPT, RENEWED = 0, 1  # the status of a reply to RENEW
 
 
 def order_tag(iteration: int, with_baseline: bool) -> bytes:
