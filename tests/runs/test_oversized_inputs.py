@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.claude.policy import ToolInputError, Turns, write_tool
+from apps.agents.claude.policy import ToolInputError, Turns, search_tool, write_tool
 from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.policy import (
     MAX_STRATEGY_CHARS,
@@ -76,6 +76,12 @@ def test_the_claude_tool_tells_the_model_its_candidate_is_refused(
     with pytest.raises(ToolInputError, match=f"^{reason}$"):
         write_tool(arguments, state, None, None)  # type: ignore[arg-type]  # neither is used
     assert state.candidate is None
+
+
+@pytest.mark.parametrize("limit", [float("inf"), 10**400, 1e300, "many", 0, 21, True, 2.5])
+def test_the_claude_search_tool_refuses_a_limit_outside_its_schema(limit: Any) -> None:
+    with pytest.raises(ToolInputError, match=r"^limit must be a whole number from 1 to 20$"):
+        search_tool({"query": "tiling", "limit": limit}, Turns(), None, None)  # type: ignore[arg-type]
 
 
 class LongWindedPolicy:

@@ -28,6 +28,7 @@ from apps.memory.values import Distiller
 
 MAX_TURNS = 8
 MAX_SOURCE_CHARS = 200_000
+SEARCH_LIMIT = 20  # hits search_memory returns at most
 
 SYSTEM_PROMPT = """You optimize compute kernels for the {target} target of the KOPE workbench.
 Each iteration you write one candidate kernel that must stay correct (within the operator's
@@ -55,7 +56,7 @@ TOOLS: list[dict[str, Any]] = [
             "type": "object",
             "properties": {
                 "query": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20},
+                "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT},
             },
             "required": ["query"],
         },
@@ -240,7 +241,10 @@ def search_tool(arguments: dict[str, Any], state: Turns, situation: Situation,
     query = str(arguments.get("query", "")).strip()
     if not query:
         raise ToolInputError("search_memory needs a query")
-    hits = tools.search_memory(query, int(arguments.get("limit", 8)))
+    limit = arguments.get("limit", 8)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= SEARCH_LIMIT:
+        raise ToolInputError(f"limit must be a whole number from 1 to {SEARCH_LIMIT}")
+    hits = tools.search_memory(query, limit)
     state.searched += [h.key for h in hits if h.key not in state.searched]
     if not hits:
         return "nothing found"
