@@ -103,10 +103,22 @@ def export_request(
         export_execute(export.pk)
         export.refresh_from_db()
     else:
-        from apps.reports.tasks import make_export
-
-        transaction.on_commit(lambda: make_export.delay(export.pk))
+        transaction.on_commit(lambda: export_enqueue(export.pk))
     return export
+
+
+def export_enqueue(export_id: int) -> None:
+    """Send a large export to the agent worker. The export is committed by now: a broker that
+    refuses the message must not turn the request into a 500 and leave the export queued with
+    no worker ever to make it; it fails with the reason, to be asked for again."""
+    from apps.reports.tasks import make_export
+
+    try:
+        make_export.delay(export_id)
+    except Exception as error:  # kombu's OperationalError (Redis), ChannelError (the folder broker)
+        logger.exception("export %s: the broker refused it", export_id)
+        export_fail(export_id, f"the agent worker's queue refused it ({type(error).__name__}); "
+                               "ask for it again")  # fmt: skip
 
 
 def export_claim(export_id: int) -> Export | None:

@@ -73,6 +73,7 @@ def export_create(request: HttpRequest, membership: Membership) -> HttpResponse:
         except DomainError as error:
             form.add_error(None, error.message)
         else:
+            export.refresh_from_db()  # a large one is sent after commit, and may have failed
             messages.info(request, export_message(export))
             return redirect("reports", team=membership.team.slug)
     return page(request, membership, **{kind: form})

@@ -4,14 +4,20 @@ imported by another's (reviewers only), a bad file refused with a code."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from kombu.exceptions import OperationalError as BrokerDown
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.memory.models import Rule
+from apps.reports import services
+from apps.reports.models import Export
+from apps.reports.tasks import make_export
 from tests.factories import MembershipFactory
 from tests.reports.sessions import journal_session
 from tests.reports.test_knowledge import knowledge_of
@@ -77,3 +83,29 @@ def test_the_knowledge_base_goes_from_one_teams_script_to_anothers_review_queue(
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_import_file"
     assert "kb.json" in bad.json()["error"]["message"]
     assert Rule.objects.filter(team=other_team).count() == 2
+
+
+def broker_down(*args: object) -> None:
+    raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+def test_a_large_export_the_broker_refuses_fails_saying_so_instead_of_a_500(
+    transactional_db: None, team: Team, client_for: Callable[[Role], Client],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The export is committed before its message is sent: a refusal answered 500 and left it
+    queued for ever (no worker would ever make it, and the page polled it for ever)."""
+    monkeypatch.setattr(services, "INLINE_ROWS", 0)
+    monkeypatch.setattr(make_export, "delay", broker_down)
+    session = journal_session(team, best={"gemm": 5.0})
+    client = client_for(Role.VIEWER)
+
+    with caplog.at_level(logging.ERROR):
+        made = client.post(f"/api/teams/{team.slug}/exports",
+                           {"kind": "session", "format": "pdf", "session": session.pk},
+                           content_type="application/json")  # fmt: skip
+
+    assert made.status_code == 201, made.content
+    assert made.json()["status"] == Export.objects.get().status == "failed"
+    assert made.json()["error"].startswith("the agent worker's queue refused it")
+    assert "the broker refused it" in caplog.text

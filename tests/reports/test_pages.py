@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
@@ -13,9 +14,12 @@ from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.memory.models import Rule
 from apps.memory.rules import Wording, rule_propose
+from apps.reports import services
 from apps.reports.models import Export
+from apps.reports.tasks import make_export
 from tests.factories import MembershipFactory
 from tests.reports.sessions import journal_session
+from tests.reports.test_api import broker_down
 
 
 def test_an_engineer_asks_for_a_report_and_downloads_it_from_the_list(
@@ -136,3 +140,22 @@ def test_the_import_form_is_shown_only_to_those_who_may_import(
         f"/t/{team.slug}/reports/import/", {"file": SimpleUploadedFile("kb.json", b"{}")}
     )
     assert refused.status_code == 403
+
+
+def test_a_large_export_the_broker_refuses_is_said_to_have_failed(
+    transactional_db: None, team: Team, client_for: Callable[[Role | str], Client],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(services, "INLINE_ROWS", 0)
+    monkeypatch.setattr(make_export, "delay", broker_down)
+    session = journal_session(team, best={"gemm": 5.0})
+    client = client_for(Role.ENGINEER)
+
+    form = {"kind": "session", "session": session.pk, "format": "html"}
+    response = client.post(f"/t/{team.slug}/reports/new/", form, follow=True)
+
+    export = Export.objects.get(team=team)
+    assert export.status == "failed" and not export.is_active
+    page = response.content.decode()
+    assert f"Export {export.pk} failed: the agent worker&#x27;s queue refused it" in page
+    assert "hx-trigger" not in page  # nothing left to follow
