@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
 from ninja import Router, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
@@ -81,8 +82,9 @@ def list_tokens(request: HttpRequest) -> Any:
 
 @router.post("/tokens", response={201: IssuedTokenOut})
 @answer_never_kept("its answer holds the token's secret, which is stored only as a hash")
-def create_token(request: HttpRequest, payload: TokenIn) -> Any:
+def create_token(request: HttpRequest, payload: TokenIn, response: HttpResponse) -> Any:
     issued = services.api_token_create(user=request.user, name=payload.name)  # type: ignore[arg-type]
+    add_never_cache_headers(response)  # the secret is shown once: no cache may keep it
     return Status(201, {**token_out(issued.token), "token": issued.plaintext})
 
 

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
@@ -26,6 +27,7 @@ class LoginView(auth_views.LoginView):
         return self.get_default_redirect_url() if urlsplit(url).path == self.request.path else url
 
 
+@never_cache  # a new token's secret is shown once: no browser history or cache may keep it
 def tokens(request: HttpRequest) -> HttpResponse:
     issued = None
     form = TokenForm(request.POST or None)
