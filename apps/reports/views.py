@@ -14,6 +14,7 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.errors import DomainError
+from apps.core.pages import page_of
 from apps.reports.forms import (
     ComparisonForm,
     KnowledgeExportForm,
@@ -24,14 +25,14 @@ from apps.reports.models import Export
 from apps.reports.selectors import session_choices, team_exports
 from apps.reports.services import export_request, knowledge_import
 
-LISTED = 200
+LISTED = 200  # exports a page
 
 
 def page(request: HttpRequest, membership: Membership, **forms: Any) -> HttpResponse:
     sessions = session_choices(membership.team)
-    exports = list(team_exports(membership.team)[:LISTED])
+    exports = page_of(request, team_exports(membership.team), per_page=LISTED)
     context = {
-        "section": "reports", "exports": exports, "sessions": sessions,
+        "section": "reports", "exports": exports, "page": exports, "sessions": sessions,
         "polling": any(e.is_active for e in exports),
         "can_import": membership.allows(Permission.REVIEW),
         "session_form": forms.get("session") or SessionReportForm(sessions=sessions),

@@ -159,3 +159,20 @@ def test_a_large_export_the_broker_refuses_is_said_to_have_failed(
     page = response.content.decode()
     assert f"Export {export.pk} failed: the agent worker&#x27;s queue refused it" in page
     assert "hx-trigger" not in page  # nothing left to follow
+
+
+def test_every_export_is_listed_older_ones_on_later_pages(
+    team: Team, client_for: Callable[[Role | str], Client]
+) -> None:
+    """The list stopped at the newest 200: older exports and their files were out of reach."""
+    Export.objects.bulk_create(Export(team=team, kind="knowledge", format="json", status="done",
+                                      filename=f"kb-{n}.json") for n in range(205))  # fmt: skip
+    oldest = Export.objects.order_by("pk").first()
+    client = client_for(Role.VIEWER)
+
+    first = client.get(f"/t/{team.slug}/reports/").content.decode()
+    last = client.get(f"/t/{team.slug}/reports/?page=2").content.decode()
+
+    assert 'rel="next" href="?page=2"' in first and "kb-0.json" not in first
+    assert f"/reports/{oldest.pk}/download/" in last and "kb-0.json" in last
+    assert "Exports 201 to 205 of 205" in last
