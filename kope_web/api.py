@@ -21,7 +21,7 @@ from ninja.types import DictStrAny
 
 from apps.accounts.api import router as accounts_router
 from apps.core.api_auth import API_AUTH
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, PermissionDenied
 from apps.core.idempotency import claim_or_replay, document_header, keep_answer
 from apps.devices.api import router as devices_router
 from apps.memory.api import router as memory_router
@@ -176,10 +176,17 @@ def on_body_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpRespo
     return api.create_response(request, body, status=413)
 
 
+CSRF_REFUSED = ("The CSRF check failed: a request with the session cookie sends the csrftoken "
+                "cookie's value in an X-CSRFToken header (a script sends 'Authorization: Bearer "
+                "<token>' instead).")  # fmt: skip
+
+
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
     if isinstance(error.__cause__, DomainError):  # ninja wraps what its body parser raised
         return on_domain_error(request, error.__cause__)
+    if error.status_code == 403 and str(error) == "CSRF check Failed":  # ninja's words for it
+        return on_domain_error(request, PermissionDenied(CSRF_REFUSED))
     return api.create_response(
         request, error_body(f"http_{error.status_code}", str(error)), status=error.status_code
     )
