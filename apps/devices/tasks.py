@@ -4,7 +4,6 @@ import socket
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
@@ -34,7 +33,7 @@ def report_alive(self: Task[Any, Any], team_id: int, check_id: str) -> None:
 )  # fmt: skip
 def evaluate(self: Task[Any, Any], evaluation_id: int, only_if_queued: bool = False) -> None:
     """Evaluate one candidate. A worker killed mid-way takes its message with it; the next
-    device worker to start queues the evaluation again (`resume_orphaned_evaluations`), and
+    device worker to connect queues the evaluation again (`resume_orphaned_evaluations`), and
     the attempt counter in the database stops it looping forever. A database that cannot be
     reached is waited for (retries with backoff, about 10 min in all): the evaluation runs
     again once it is back, so no verdict is lost."""
@@ -65,11 +64,10 @@ def resume_orphaned_evaluations(self: Task[Any, Any], queue: str) -> list[int]:
     return orphans
 
 
-@worker_ready.connect
-def resume_evaluations_after_start(sender: Any = None, **_: Any) -> None:
-    """A device worker that starts (or restarts after a crash) looks for evaluations whose
-    worker died, on each device queue it consumes."""
-    queues = [q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", [])]
+def resume_orphaned_evaluations_on(queues: list[str]) -> None:
+    """A device worker that connects to the broker (at start, after a crash, after the broker
+    was lost: kope_web.celery.ResumeOnConnect) looks for evaluations whose worker died, on
+    each device queue it consumes."""
     for queue in queues:
         if queue.startswith("device."):
             resume_orphaned_evaluations.apply_async(args=(queue,), queue=queue)

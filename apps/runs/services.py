@@ -139,14 +139,14 @@ def enqueue_advance(session_id: int) -> None:
 def publish_advance(session_id: int, ticket: int) -> None:
     """Send the message. The session is committed by now: a broker that refuses it must not
     turn a launch, resume or stop into a 500 (whose retry would launch again); the session
-    keeps its ticket, and the next agent worker to start queues it (`resume_orphaned`)."""
+    keeps its ticket, and a worker queues it as it connects to the broker (`resume_orphaned`)."""
     from apps.runs.tasks import advance_session
 
     try:
         advance_session.delay(session_id, ticket)
     except Exception:  # kombu's OperationalError (Redis), ChannelError (the folder broker), ...
-        logger.exception("session %s: the broker refused its next iteration; the next agent "
-                         "worker to start queues it", session_id)  # fmt: skip
+        logger.exception("session %s: the broker refused its next iteration; a worker queues "
+                         "it as it connects to the broker", session_id)  # fmt: skip
 
 
 def _locked(session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:

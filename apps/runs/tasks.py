@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import worker_ready
 from django.db import InterfaceError, OperationalError
 
 from apps.runs.models import OptimizationSession
@@ -97,11 +96,6 @@ def resume_orphaned() -> int:
             enqueue_advance(session_id)
             resumed += 1
     return resumed
-
-
-@worker_ready.connect
-def resume_after_start(**_: Any) -> None:
-    resume_orphaned.delay()
 
 
 @shared_task(name="runs.embed_cold_start_documents", acks_late=True, ignore_result=True,

@@ -70,6 +70,12 @@ class RedisServer:
         self.process.wait(timeout=10)
         self.start()
 
+    def shutdown(self) -> None:
+        """Gone, queues and all, until start() brings it back on the same port."""
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], check=False)
+        assert self.process is not None
+        self.process.wait(timeout=10)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -150,3 +156,33 @@ def test_a_redis_restart_loses_no_event_and_the_session_finishes(
     expected = list(journal.order_by("seq").values_list("seq", "kind"))
     for watcher in watchers:
         assert [(e["seq"], e["kind"]) for e in watcher.events] == expected
+
+
+def test_a_launch_while_redis_is_down_runs_when_the_workers_reconnect(
+    redis_server: RedisServer, transactional_db: None
+) -> None:
+    """The web process answers the launch, but its message never reaches a queue. The
+    workers, started before the outage and never restarted, take the session up as they
+    reconnect to the broker."""
+    small_vector_add()
+    membership = MembershipFactory(team=TeamFactory(slug="outage"), role=Role.ENGINEER)
+    token = api_token_create(user=membership.user, name="outage").plaintext
+    env = {**process_env("single-machine"), "REDIS_URL": redis_server.url}
+
+    with (
+        daphne(env) as url,
+        celery_worker(env, "agent", "agent@outage") as agent,
+        celery_worker(env, "device.cpu", "device@outage"),
+    ):
+        redis_server.shutdown()
+        session_id = create_session(url, {"Authorization": f"Bearer {token}"}, team="outage")
+        session = OptimizationSession.objects.get(pk=session_id)
+        assert (session.status, session.ticket) == ("queued", 1)
+        redis_server.start()
+        wait_until(
+            lambda: OptimizationSession.objects.get(pk=session_id).status == "finished",
+            240, "the session to finish after the workers reconnected",
+            explain=lambda: agent.output[-3000:],
+        )  # fmt: skip
+
+    assert JournalEvent.objects.filter(session_id=session_id, kind="case_recorded").exists()
