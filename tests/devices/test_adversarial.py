@@ -4,9 +4,6 @@ Each kernel in tests/devices/adversarial/ tries one way to cheat, break or escap
 pipeline; each test asserts the verdict and the evidence behind it. Most kernels target
 `gemm`: its cases, the timing case included, are small in bytes, so generating, running and
 judging them takes about two seconds per evaluation.
-
-Two tests are strict expected failures: they document holes still open (a kernel that forges
-its own timing result, one that makes the evaluator raise instead of giving a verdict).
 """
 
 from __future__ import annotations
