@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -192,29 +193,41 @@ def export_content(export: Export, progress: Progress) -> tuple[str, bytes]:
 
 def knowledge_import(*, team: Team, user: AnyUser, filename: str, raw: bytes) -> Export:
     """Another team's rules into this team's review queue, as pending candidates, all or
-    none. Recorded as an export row either way; a bad file raises ImportFileError after its
-    failure is recorded."""
+    none. Recorded as an export row once it has ended, done or failed; a bad file raises
+    ImportFileError after its failure is recorded."""
     member = membership_for(user, team.slug, Permission.REVIEW).user
-    export = Export.objects.create(
-        team=team, kind=KIND.KNOWLEDGE_IMPORT, format=FORMAT.JSON, status=STATUS.RUNNING,
-        params={"file": filename[:200]}, created_by=member, started_at=timezone.now(),
-    )  # fmt: skip
+    record = partial(import_record, team=team, filename=filename, created_by=member,
+                     started_at=timezone.now())  # fmt: skip
     try:
-        summary = knowledge_import_rules(team, raw)
+        return knowledge_import_done(team, raw, record)
     except ImportFileError as error:
-        export_fail(export.pk, f"{filename}: {error.message}")
+        record(status=STATUS.FAILED, error=f"{filename}: {error.message}", progress_text="failed")
         raise ImportFileError(f"{filename}: {error.message}") from error
-    except Exception as error:  # a bug or a database error: the record must not stay running
-        export_fail(export.pk, f"{filename}: {type(error).__name__}: {str(error)[:500]}")
+    except Exception as error:  # a bug or a database error: recorded, with the reason
+        record(status=STATUS.FAILED, progress_text="failed",
+               error=f"{filename}: {type(error).__name__}: {str(error)[:500]}")  # fmt: skip
         raise
+
+
+@transaction.atomic
+def knowledge_import_done(team: Team, raw: bytes, record: Callable[..., Export]) -> Export:
+    """The rules and their done record commit together: an import is never recorded "running",
+    so a request that dies mid-way leaves nothing behind for the page to poll for ever."""
+    summary = knowledge_import_rules(team, raw)
     body = json.dumps(summary, indent=2).encode()
-    Export.objects.filter(pk=export.pk).update(
-        status=STATUS.DONE, progress=100, progress_text=summary["text"][:200],
-        filename=f"import-{export.pk}-summary.json", content_type=CONTENT_TYPES["json"],
-        content=body, size=len(body), finished_at=timezone.now(),
-    )  # fmt: skip
-    export.refresh_from_db()
+    export = record(status=STATUS.DONE, progress=100, progress_text=summary["text"][:200],
+                    content_type=CONTENT_TYPES["json"], content=body, size=len(body))  # fmt: skip
+    export.filename = f"import-{export.pk}-summary.json"
+    export.save(update_fields=["filename"])
     return export
+
+
+def import_record(*, team: Team, filename: str, started_at: datetime, **fields: Any) -> Export:
+    """The row of an import that has ended, done or failed."""
+    return Export.objects.create(
+        team=team, kind=KIND.KNOWLEDGE_IMPORT, format=FORMAT.JSON, params={"file": filename[:200]},
+        started_at=started_at, finished_at=timezone.now(), **fields,
+    )  # fmt: skip
 
 
 @transaction.atomic

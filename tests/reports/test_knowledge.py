@@ -190,3 +190,23 @@ def test_a_file_from_a_team_with_a_long_slug_imports_every_rule_once(
     assert export.progress_text.startswith("2 rules from Kernels put up for review")
     assert Rule.objects.filter(team=other_team).count() == 2
     assert json.loads(bytes(again.content))["already_imported"] == 2
+
+
+def test_an_import_whose_request_dies_mid_way_leaves_no_record_running(
+    team: Team, other_team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A web worker killed mid-import (a timeout raises SystemExit in it, injected here) must
+    not leave a record "running" that nothing will ever end and the page polls for ever."""
+    knowledge_of(team)
+    raw = exported(team, "json")
+    reviewer = MembershipFactory(team=other_team, role=Role.REVIEWER).user
+
+    def killed(**_: object) -> Rule:
+        raise SystemExit(1)
+
+    monkeypatch.setattr("apps.reports.services.rule_propose", killed)
+    with pytest.raises(SystemExit):
+        knowledge_import(team=other_team, user=reviewer, filename="kb.json", raw=raw)
+
+    assert not Export.objects.filter(team=other_team, status="running").exists()
+    assert not Rule.objects.filter(team=other_team).exists()
