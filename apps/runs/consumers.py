@@ -59,13 +59,14 @@ def requested_after(query_string: bytes) -> int:
 class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     group: str | None = None
     session_id = 0
+    user_id: int | None = None
     last_seq = 0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        user_id = user.pk if user is not None and user.is_authenticated else None
-        if not await may_watch(user_id, self.session_id):
+        self.user_id = user.pk if user is not None and user.is_authenticated else None
+        if not await may_watch(self.user_id, self.session_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.last_seq = requested_after(self.scope.get("query_string", b""))
@@ -87,6 +88,8 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 return
 
     async def session_event(self, message: dict[str, Any]) -> None:
+        if not await self.still_allowed():
+            return
         event = message["payload"]
         if event["seq"] <= self.last_seq:
             return
@@ -94,6 +97,18 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self.catch_up()  # the journal has the gap and this event
             return
         await self.deliver(event)
+
+    async def still_allowed(self) -> bool:
+        """Membership is checked again before each live event: a member removed from the team
+        while watching is closed out (4403) instead of receiving the session from then on."""
+        if self.group is None:  # already closed out; events queued before that still arrive
+            return False
+        if await may_watch(self.user_id, self.session_id):
+            return True
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+        self.group = None
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
 
     async def deliver(self, event: dict[str, Any]) -> None:
         summary = event_summary(event["kind"], event["payload"])

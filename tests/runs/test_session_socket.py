@@ -11,6 +11,7 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
 from apps.accounts.roles import Role
+from apps.accounts.services import membership_remove
 from apps.memory.journal import journal_append, publish_event
 from apps.memory.models import Case
 from apps.runs.consumers import SessionEventsConsumer
@@ -123,3 +124,24 @@ def test_another_teams_session_cannot_be_watched(transactional_db: None) -> None
         return connected, code
 
     assert async_to_sync(attempt)() == (False, 4403)
+
+
+def test_a_member_removed_while_watching_is_closed_out_before_the_next_event(
+    transactional_db: None,
+) -> None:
+    stored_builtin("relu")
+    watcher = MembershipFactory(role=Role.VIEWER)
+    MembershipFactory(team=watcher.team, role=Role.ADMIN)  # the team keeps an admin
+    session = session_create(team=watcher.team, user=None, operators=["relu"], start=False)
+
+    async def watch() -> dict[str, Any]:
+        socket = communicator(session.pk, watcher.user, after=0)
+        connected, _ = await socket.connect()
+        assert connected
+        await sync(membership_remove)(team=watcher.team, username=watcher.user.username)
+        await sync(note)(session.pk, "after the removal")
+        output: dict[str, Any] = await socket.receive_output(timeout=10)
+        await socket.disconnect()
+        return output
+
+    assert async_to_sync(watch)() == {"type": "websocket.close", "code": 4403}
