@@ -7,6 +7,8 @@ each secret may instead come from a file named by <NAME>_FILE (Docker/Kubernetes
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -128,3 +130,14 @@ def env_redis_url(name: str) -> str:
     if raw and urlsplit(raw).scheme not in {"redis", "rediss", "unix"}:
         raise ImproperlyConfigured(f"{name} must start with redis://, rediss:// or unix://.")
     return raw
+
+
+def folders_made(name: str, root: Path, folders: Iterable[str]) -> None:
+    """Create each folder under root, the folder the variable `name` gives, or say why not."""
+    for folder in folders:
+        try:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ImproperlyConfigured(
+                f"{name}={str(root)!r} cannot hold {root / folder}: {error.strerror}."
+            ) from None

@@ -16,6 +16,7 @@ from kope_web.env import (
     env_redis_url,
     env_secret,
     env_str,
+    folders_made,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -134,8 +135,8 @@ else:
         "polling_interval": 0.2,
     }
     # kombu expects the folders to exist; every process that sends or consumes loads settings.
-    for _folder in ("queue", "control", "processed", "rejected"):
-        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    BROKER_FOLDERS = ("broker/queue", "broker/control", "broker/processed", "broker/rejected")
+    folders_made("KOPE_DATA_DIR", DATA_DIR, BROKER_FOLDERS)
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "kope_web.channel_layers.DatabaseChannelLayer",

@@ -248,3 +248,13 @@ def test_a_server_with_a_live_user_is_not_stopped_as_unclaimed(tmp_path: Path) -
         holder.send_signal(signal.SIGINT)  # its exit handler stops the server
         holder.communicate(timeout=60)
     assert_no_server_left(pgdata)
+
+
+def test_a_data_dir_that_is_a_file_is_named(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "var"
+    not_a_folder.write_text("a file, not a folder")
+    result = manage("check", KOPE_DATA_DIR=str(not_a_folder))
+    assert result.returncode == 2
+    assert f"Configuration error: KOPE_DATA_DIR={str(not_a_folder)!r}" in result.stderr
+    assert "Not a directory" in result.stderr
+    assert "Traceback" not in result.stderr
