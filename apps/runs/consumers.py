@@ -2,11 +2,12 @@
 
 The client connects to /ws/sessions/<id>/?after=<last seq it has>. The consumer joins the
 session's group before it reads the journal, so nothing committed in between is missed; it
-then sends every event with seq > after in order, and afterwards each live event whose seq is
-the next one. A live event that is already sent is dropped; one that skips ahead (a message
-lost while the channel layer restarted) makes it read the gap from the journal first. So the
-client sees every event once, in order, with no holes; a lost *last* message shows with the
-next event or at the next (re)connection, which asks from the last seq the client has.
+then sends every event with seq > after (an after beyond the journal's end reads as its end)
+in order, and afterwards each live event whose seq is the next one. A live event that is
+already sent is dropped; one that skips ahead (a message lost while the channel layer
+restarted) makes it read the gap from the journal first. So the client sees every event once,
+in order, with no holes; a lost *last* message shows with the next event or at the next
+(re)connection, which asks from the last seq the client has.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
     return [dict(session_event(e)) for e in events[:BATCH]]
 
 
+@database_sync_to_async  # type: ignore[untyped-decorator]
+def journal_end(session_id: int) -> int:
+    """The session's last seq, 0 before its first event."""
+    ends = OptimizationSession.objects.filter(pk=session_id).values_list("last_seq", flat=True)
+    return ends.first() or 0
+
+
 def requested_after(query_string: bytes) -> int:
     """The client's last seq; a value that is not one a journal can hold reads as 0 (the
     client drops what it already has)."""
@@ -69,10 +77,14 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if not await may_watch(self.user_id, self.session_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.last_seq = requested_after(self.scope.get("query_string", b""))
         self.group = session_group(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        # Read after joining the group: a client cannot have events the journal has not
+        # written yet, so one asking from beyond its end (a seq kept from another database)
+        # gets the events that come next rather than none until its number.
+        requested = requested_after(self.scope.get("query_string", b""))
+        self.last_seq = min(requested, await journal_end(self.session_id))
         await self.catch_up()
 
     async def disconnect(self, code: int) -> None:

@@ -145,3 +145,23 @@ def test_a_member_removed_while_watching_is_closed_out_before_the_next_event(
         return output
 
     assert async_to_sync(watch)() == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_watcher_asking_from_beyond_the_journals_end_gets_the_next_events(
+    transactional_db: None,
+) -> None:
+    stored_builtin("relu")
+    member = MembershipFactory(role=Role.VIEWER)
+    session = session_create(team=member.team, user=None, operators=["relu"], start=False)
+    note(session.pk, "one")
+
+    async def watch() -> list[tuple[int, str]]:
+        socket = communicator(session.pk, member.user, after=50)  # the journal ends at 1
+        connected, _ = await socket.connect()
+        assert connected
+        await sync(note)(session.pk, "two")
+        seen = await received(socket, 1)
+        await socket.disconnect()
+        return seen
+
+    assert async_to_sync(watch)() == [(2, "two")]
