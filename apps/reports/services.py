@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -122,20 +122,23 @@ def export_enqueue(export_id: int) -> None:
                                "ask for it again")  # fmt: skip
 
 
-def export_claim(export_id: int) -> Export | None:
+def export_claim(export_id: int, *, retrying: bool = False) -> Export | None:
     """Queued (or running with a dead worker) becomes running; None when another has it, it is
-    done, or it is gone: a task delivered twice makes the file once."""
+    done, or it is gone: a task delivered twice makes the file once. A retry of the task takes
+    back the export its own earlier attempt left running when the database went away."""
     now = timezone.now()
     claimable = Q(status=STATUS.QUEUED) | Q(status=STATUS.RUNNING, started_at__lt=now - STALE)
+    if retrying:  # the attempt that left it running has ended: it sent this retry
+        claimable |= Q(status=STATUS.RUNNING)
     claimed = Export.objects.filter(claimable, pk=export_id).update(
         status=STATUS.RUNNING, started_at=now, progress=0, progress_text="starting", error=""
     )
     return Export.objects.select_related("team").get(pk=export_id) if claimed else None
 
 
-def export_execute(export_id: int) -> str | None:
+def export_execute(export_id: int, *, retrying: bool = False) -> str | None:
     """Make the file of a queued export and keep it in the row; returns the final status."""
-    export = export_claim(export_id)
+    export = export_claim(export_id, retrying=retrying)
     if export is None:
         return None
 
@@ -148,6 +151,8 @@ def export_execute(export_id: int) -> str | None:
         filename, content = export_content(export, progress)
     except DomainError as error:
         return export_fail(export_id, error.message)
+    except (OperationalError, InterfaceError):
+        raise  # the database is away, not the export broken: the task retries it
     except Exception as error:
         logger.exception("export %s failed", export_id)
         return export_fail(export_id, f"{type(error).__name__}: {str(error)[:500]}")

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-from django.db import OperationalError
+from typing import Any
+
+from celery import Task, shared_task
+from django.db import InterfaceError, OperationalError
 
 
 # No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue. Safe to
 # run twice: the export is claimed with a conditional update, and a made one is left alone.
-@shared_task(name="reports.make_export", acks_late=True, reject_on_worker_lost=True,
-             ignore_result=True, autoretry_for=(OperationalError,), retry_backoff=True,
-             retry_jitter=True, max_retries=5, soft_time_limit=900,
+# A database that cannot be reached is waited for: retries with backoff.
+@shared_task(name="reports.make_export", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, autoretry_for=(OperationalError, InterfaceError),
+             retry_backoff=True, retry_jitter=True, max_retries=5, soft_time_limit=900,
              time_limit=960)  # fmt: skip
-def make_export(export_id: int) -> None:
+def make_export(self: Task[Any, None], export_id: int) -> None:
     from apps.reports.services import export_execute
 
-    export_execute(export_id)
+    export_execute(export_id, retrying=self.request.retries > 0)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from apps.accounts.models import Team
@@ -140,6 +141,29 @@ def test_an_export_whose_worker_died_is_taken_up_again_but_a_live_one_is_not(
     assert export_execute(live.pk) is None
     assert export_execute(dead.pk) == "done"
     assert Export.objects.get(pk=live.pk).status == "running"
+
+
+def test_a_database_blip_mid_export_is_retried_by_the_task_which_takes_its_export_back(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database away for a moment (injected: the collector's first read raises) is not the
+    export's failure: the task retries, and its retry takes up the export it left running."""
+    session = journal_session(team, best={"gemm": 5.0})
+    export = Export.objects.create(team=team, kind="session", format="json",
+                                   params={"session": session.pk})  # fmt: skip
+    reads = []
+
+    def away_once(read: Any) -> dict[str, Any]:
+        reads.append(read)
+        if len(reads) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return session_report(read)
+
+    monkeypatch.setattr(services, "session_report", away_once)
+    make_export.apply(args=[export.pk])  # as its worker runs it, retries included
+
+    export.refresh_from_db()
+    assert export.status == "done" and not export.error and len(reads) == 2
 
 
 def test_an_export_that_breaks_is_failed_with_the_reason(team: Team, viewer: object) -> None:
