@@ -258,3 +258,19 @@ def test_a_data_dir_that_is_a_file_is_named(tmp_path: Path) -> None:
     assert f"Configuration error: KOPE_DATA_DIR={str(not_a_folder)!r}" in result.stderr
     assert "Not a directory" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "70000"])
+def test_a_port_out_of_range_is_refused_naming_the_option(port: str) -> None:
+    result = manage("runstack", "--port", port, DJANGO_SETTINGS_MODULE="kope_web.settings.local")
+    assert result.returncode == 2
+    assert f"argument --port: {port} is not a port number (1 to 65535)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_host_that_is_no_host_name_is_refused_naming_it() -> None:
+    result = manage("runstack", "--port", "8199", KOPE_HOST="hôst..example",
+                    DJANGO_SETTINGS_MODULE="kope_web.settings.local")  # fmt: skip
+    assert result.returncode != 0
+    assert "Cannot listen on 'hôst..example': not a host name or address" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import errno
@@ -37,7 +38,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default=settings.KOPE_HOST, help="default: KOPE_HOST")
         parser.add_argument(
-            "--port", type=int, default=settings.KOPE_PORT, help="default: KOPE_PORT"
+            "--port", type=port_number, default=settings.KOPE_PORT, help="default: KOPE_PORT"
         )
         parser.add_argument("--no-worker", action="store_true", help="web server only, no workers")
 
@@ -124,11 +125,20 @@ def stop_if_asked() -> None:
         raise KeyboardInterrupt
 
 
+def port_number(text: str) -> int:
+    """The --port option's type: 0 would have the server listen where no one looks for it."""
+    if not text.isdecimal() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number (1 to 65535)")
+    return int(text)
+
+
 def ensure_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
+        except (TypeError, UnicodeError):  # socket cannot encode the name (an empty label)
+            raise CommandError(f"Cannot listen on {host!r}: not a host name or address.") from None
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
                 raise CommandError(f"Cannot listen on {host}:{port}: {error.strerror}.") from None
