@@ -17,16 +17,15 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
 from apps.accounts.models import Membership
+from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer
 from apps.core.events import session_group
 from apps.memory.journal import session_event
 from apps.memory.models import JournalEvent
 from apps.runs.event_text import event_summary
 from apps.runs.models import OptimizationSession
 
-CLOSE_FORBIDDEN = 4403
 BATCH = 500
 MAX_SEQ = 2**63 - 1  # the journal's seq is a bigint
 
@@ -64,10 +63,8 @@ def requested_after(query_string: bytes) -> int:
     return seq if seq <= MAX_SEQ else 0
 
 
-class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
-    group: str | None = None
+class SessionEventsConsumer(MembersOnlyConsumer):
     session_id = 0
-    user_id: int | None = None
     last_seq = 0
 
     async def connect(self) -> None:
@@ -86,10 +83,6 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         requested = requested_after(self.scope.get("query_string", b""))
         self.last_seq = min(requested, await journal_end(self.session_id))
         await self.catch_up()
-
-    async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def catch_up(self) -> None:
         while True:
@@ -110,17 +103,8 @@ class SessionEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         await self.deliver(event)
 
-    async def still_allowed(self) -> bool:
-        """Membership is checked again before each live event: a member removed from the team
-        while watching is closed out (4403) instead of receiving the session from then on."""
-        if self.group is None:  # already closed out; events queued before that still arrive
-            return False
-        if await may_watch(self.user_id, self.session_id):
-            return True
-        await self.channel_layer.group_discard(self.group, self.channel_name)
-        self.group = None
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
+    async def may_see(self) -> bool:
+        return bool(await may_watch(self.user_id, self.session_id))
 
     async def deliver(self, event: dict[str, Any]) -> None:
         summary = event_summary(event["kind"], event["payload"])

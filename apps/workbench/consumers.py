@@ -9,9 +9,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from apps.accounts.models import Membership
+from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer
 from apps.core.events import team_group
 
-CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
 
@@ -23,28 +23,37 @@ def team_id_for(user_id: int | None, team_slug: str) -> int | None:
     return membership.team_id if membership else None
 
 
-class TeamEventsConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
-    group: str | None = None
+@database_sync_to_async  # type: ignore[untyped-decorator]
+def is_member(user_id: int | None, team_id: int) -> bool:
+    if user_id is None:
+        return False
+    return Membership.objects.filter(user_id=user_id, team_id=team_id).exists()
+
+
+class TeamEventsConsumer(MembersOnlyConsumer):
+    team_id = 0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         slug = self.scope["url_route"]["kwargs"]["team"]
-        user_id = user.pk if user is not None and user.is_authenticated else None
-        team_id = await team_id_for(user_id, slug)
+        self.user_id = user.pk if user is not None and user.is_authenticated else None
+        team_id = await team_id_for(self.user_id, slug)
         if team_id is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.team_id = team_id
         self.group = team_group(team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
-    async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
     async def worker_alive(self, message: dict[str, Any]) -> None:
+        if not await self.still_allowed():
+            return
         html = render_to_string("workbench/workers.html#answer", {"answer": message["payload"]})
         await self.send(text_data=html)
+
+    async def may_see(self) -> bool:
+        return bool(await is_member(self.user_id, self.team_id))
 
 
 class NoSuchSocket(AsyncWebsocketConsumer):  # type: ignore[misc]
