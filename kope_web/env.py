@@ -18,7 +18,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+    """A blank value reads as unset, as env files and compose's ${NAME:-} write one."""
+    return os.environ.get(name, "").strip() or default
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -11,6 +11,7 @@ from kope_web.env import (
     env_log_level,
     env_redis_url,
     env_secret,
+    env_str,
 )
 
 
@@ -131,3 +132,13 @@ def test_a_secret_and_its_file_together_are_ambiguous(monkeypatch, tmp_path) -> 
         ImproperlyConfigured, match="either DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE"
     ):
         env_secret("DJANGO_SECRET_KEY")
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_blank_text_variable_reads_as_its_default(monkeypatch, value) -> None:
+    # As the numbers and flags do: `KOPE_HOST=` in an env file must not mean every interface,
+    # nor `KOPE_DB_NAME=` a database named "".
+    monkeypatch.setenv("KOPE_HOST", value)
+    monkeypatch.setenv("KOPE_DB_NAME", value)
+    assert env_str("KOPE_HOST", "127.0.0.1") == "127.0.0.1"
+    assert env_str("KOPE_DB_NAME", "kope") == "kope"
