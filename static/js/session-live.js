@@ -49,9 +49,16 @@
     if (PROGRESS.has(event.kind)) document.body.dispatchEvent(new Event("kope:progress"));
     if (CONTEXT.has(event.kind)) document.body.dispatchEvent(new Event("kope:context"));
     if (event.kind === "model_called" && tokensUsed) addTokens(event.payload.usage || {});
-    if (event.kind.startsWith("session_") && event.payload.status && status) {
-      status.textContent = event.payload.status === "stopping" ? "stopping" : event.payload.status;
-    }
+    if (event.kind.startsWith("session_")) showStatus(event);
+  }
+
+  // The status as a reload shows it, text and colour; `session_started` carries none: a
+  // session starts when it goes from queued to running.
+  function showStatus(event) {
+    const value = event.kind === "session_started" ? "running" : event.payload.status;
+    if (!value || !status) return;
+    status.textContent = value;
+    status.className = `status status-${value}`;
   }
 
   function addTokens(usage) {

@@ -12,11 +12,15 @@ from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.runs.loop import session_begin, session_pause
+from apps.runs.models import OptimizationSession
+from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
 from .conftest import CHROMIUM, log_in, script_errors
+from .test_untrusted_text import in_another_thread
 
 pytestmark = [
     pytest.mark.browser,
@@ -125,3 +129,32 @@ def test_a_launched_session_streams_live_and_a_dropped_socket_catches_up(
         expect(page.locator("#context")).to_contain_text("cold")
         # the dropped socket logs a console error; nothing else may
         assert [e for e in errors if "WebSocket" not in e] == []
+
+
+@pytest.fixture
+def queued(engineer: Membership) -> OptimizationSession:
+    return session_create(team=engineer.team, user=None, operators=["gemm"], start=False)
+
+
+def test_the_status_follows_the_session_live_as_a_reload_shows_it(
+    engineer: Membership, queued: OptimizationSession, chromium: Browser
+) -> None:
+    env = process_env("single-machine")
+    with daphne(env) as url:
+        page = chromium.new_page()
+        errors = script_errors(page)
+        log_in(page, url, engineer, f"/t/watch/sessions/{queued.pk}/")
+        status = page.locator("#session-status")
+        expect(status).to_have_text("queued")
+        expect(page.locator("#live-status")).to_have_text("live")
+
+        in_another_thread(lambda: session_begin(queued))  # queued becomes running
+        expect(page.locator('#event-log li[data-kind="session_started"]')).to_be_attached()
+        expect(status).to_have_text("running")
+        in_another_thread(lambda: session_pause(queued, "the API is down"))
+        expect(page.locator('#event-log li[data-kind="session_paused"]')).to_be_attached()
+        live = status.evaluate("element => element.outerHTML")
+        page.reload()
+        assert status.evaluate("element => element.outerHTML") == live
+        assert live == '<strong id="session-status" class="status status-paused">paused</strong>'
+        assert errors == []
