@@ -81,6 +81,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_choices(name: str, default: list[str], choices: tuple[str, ...]) -> list[str]:
+    """A comma list of one or more of `choices`."""
+    values = env_list(name, default)
+    if not values or any(value not in choices for value in values):
+        raise ImproperlyConfigured(
+            f"{name}={env_str(name)!r} is not a comma list of {', '.join(choices)}."
+        )
+    return values
+
+
 def env_secret(name: str, default: str = "") -> str:
     """Read NAME, or the contents of the file named by NAME_FILE."""
     file_name = env_str(f"{name}_FILE")

@@ -8,6 +8,7 @@ from csp.constants import NONE, SELF
 
 from kope_web.env import (
     env_bool,
+    env_choices,
     env_database_url,
     env_float,
     env_int,
@@ -156,7 +157,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_TIME_LIMIT = env_int("KOPE_TASK_TIME_LIMIT", 3600, minimum=10)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 # Device work is routed by target: a host with a device runs a worker on device.<target>.
-DEVICE_TARGETS = env_list("KOPE_DEVICE_TARGETS", ["cpu"])
+# A name here is a queue's (device.cuda serves the triton and cuda targets), not a target's:
+# a worker on a queue no target is sent to would leave every evaluation waiting.
+DEVICE_QUEUE_NAMES = ("cpu", "cuda")
+DEVICE_TARGETS = env_choices("KOPE_DEVICE_TARGETS", ["cpu"], DEVICE_QUEUE_NAMES)
 AGENT_QUEUE = "agent"
 # How long the Workers page waits for workers to answer a broadcast ping.
 WORKER_PING_TIMEOUT_S = env_int("KOPE_WORKER_PING_TIMEOUT_MS", 1000, minimum=50) / 1000

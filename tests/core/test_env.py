@@ -142,3 +142,12 @@ def test_a_blank_text_variable_reads_as_its_default(monkeypatch, value) -> None:
     monkeypatch.setenv("KOPE_DB_NAME", value)
     assert env_str("KOPE_HOST", "127.0.0.1") == "127.0.0.1"
     assert env_str("KOPE_DB_NAME", "kope") == "kope"
+
+
+def test_the_device_targets_allowed_are_the_queues_targets_are_sent_to() -> None:
+    from django.conf import settings
+
+    from apps.devices.targets import TARGETS
+
+    queues = {target.queue.removeprefix("device.") for target in TARGETS.values()}
+    assert set(settings.DEVICE_QUEUE_NAMES) == queues

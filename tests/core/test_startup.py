@@ -40,6 +40,10 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         ("DATABASE_URL", "mysql://db/kope", "DATABASE_URL must start with postgresql://"),
         ("REDIS_URL", "localhost:6379", "REDIS_URL must start with redis://"),
         ("DJANGO_DEBUG", "sometimes", "DJANGO_DEBUG='sometimes' is not a boolean"),
+        # The target's name, not its queue's: a device worker would wait on device.cpu-c,
+        # which nothing is sent to, and no evaluation would ever run.
+        ("KOPE_DEVICE_TARGETS", "cpu-c", "KOPE_DEVICE_TARGETS='cpu-c' is not a comma list of"),
+        ("KOPE_DEVICE_TARGETS", ",", "KOPE_DEVICE_TARGETS=',' is not a comma list of cpu, cuda"),
     ],
 )
 def test_a_malformed_variable_stops_start_up_naming_it(variable, value, message) -> None:
