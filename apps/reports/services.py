@@ -136,6 +136,16 @@ def export_claim(export_id: int, *, retrying: bool = False) -> Export | None:
     return Export.objects.select_related("team").get(pk=export_id) if claimed else None
 
 
+def export_lost_in(export_id: int) -> timedelta | None:
+    """How long until a running export counts as lost to its worker (STALE after it started);
+    None when it is not running."""
+    started = (Export.objects.filter(pk=export_id, status=STATUS.RUNNING)
+               .values_list("started_at", flat=True).first())  # fmt: skip
+    if started is None:
+        return None
+    return max(started + STALE - timezone.now(), timedelta(0))
+
+
 def export_execute(export_id: int, *, retrying: bool = False) -> str | None:
     """Make the file of a queued export and keep it in the row; returns the final status."""
     export = export_claim(export_id, retrying=retrying)

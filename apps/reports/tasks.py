@@ -16,6 +16,12 @@ from django.db import InterfaceError, OperationalError
              retry_backoff=True, retry_jitter=True, max_retries=5, soft_time_limit=900,
              time_limit=960)  # fmt: skip
 def make_export(self: Task[Any, None], export_id: int) -> None:
-    from apps.reports.services import export_execute
+    from apps.reports.services import export_execute, export_lost_in
 
-    export_execute(export_id, retrying=self.request.retries > 0)
+    if export_execute(export_id, retrying=self.request.retries > 0) is not None:
+        return
+    wait = export_lost_in(export_id)
+    if wait is not None and not self.request.is_eager:  # eagerly, it would run again at once
+        # Another attempt holds the export, or held it and died with its worker, whose message,
+        # given back, is this one: look again once the export counts as lost, and take it up.
+        make_export.apply_async((export_id,), countdown=wait.total_seconds() + 1)

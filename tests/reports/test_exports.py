@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
@@ -141,6 +143,32 @@ def test_an_export_whose_worker_died_is_taken_up_again_but_a_live_one_is_not(
     assert export_execute(live.pk) is None
     assert export_execute(dead.pk) == "done"
     assert Export.objects.get(pk=live.pk).status == "running"
+
+
+def test_a_message_a_killed_worker_gave_back_looks_again_once_its_export_counts_as_lost(
+    team: Team,
+) -> None:
+    """A worker killed mid-export gives its message back (acks_late), delivered again at once:
+    the export is running and not yet lost, so nothing takes it. The task queues itself, on
+    the real broker, for the moment the export counts as lost."""
+    session = journal_session(team, best={"gemm": 5.0})
+    started = timezone.now() - timedelta(minutes=5)
+    export = Export.objects.create(team=team, kind="session", format="json", status="running",
+                                   params={"session": session.pk}, started_at=started)  # fmt: skip
+    queue = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])  # type: ignore[index]
+    before = set(queue.iterdir())
+
+    make_export(export.pk)  # as a worker runs the message
+
+    sent = [path for path in queue.iterdir() if path not in before]
+    messages = [json.loads(path.read_bytes()) for path in sent]
+    for path in sent:
+        path.unlink()  # or a later test's agent worker would take it
+    assert Export.objects.get(pk=export.pk).status == "running"
+    [headers] = [m["headers"] for m in messages if m["headers"]["task"] == "reports.make_export"]
+    assert headers["argsrepr"] == f"({export.pk},)"
+    due = datetime.fromisoformat(headers["eta"]) - (started + services.STALE)
+    assert timedelta(0) < due < timedelta(seconds=30)
 
 
 def test_a_database_blip_mid_export_is_retried_by_the_task_which_takes_its_export_back(
