@@ -15,7 +15,7 @@ from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.code_html import c_code_html
 from apps.core.errors import DomainError
-from apps.core.pages import page_of
+from apps.core.pages import one_moment, page_of
 from apps.memory.journal import case_of, incumbent_cases
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
@@ -114,6 +114,13 @@ def team_session(membership: Membership, session_id: int) -> OptimizationSession
 
 @team_view()
 def session_detail(request: HttpRequest, membership: Membership, session_id: int) -> HttpResponse:
+    # The page's last seq, the log, the chart and the token count must agree: the socket asks
+    # for the events after that seq, so a case read here but not in the log would come twice.
+    with one_moment():
+        return session_page(request, membership, session_id)
+
+
+def session_page(request: HttpRequest, membership: Membership, session_id: int) -> HttpResponse:
     session = team_session(membership, session_id)
     config = SessionConfig.from_json(session.config)
     part = request.GET.get("part")

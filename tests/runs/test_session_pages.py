@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -14,9 +18,10 @@ from apps.accounts.roles import Role
 from apps.devices.models import Evaluation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
-from apps.memory.models import Case
+from apps.memory.models import Case, JournalEvent
 from apps.operators.models import Operator
 from apps.operators.services import suite_set
+from apps.runs import views
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
@@ -193,3 +198,50 @@ def test_the_session_page_charts_every_attempt_and_shows_what_was_adopted_and_wh
     assert "relu #3: 900 of 12000 tokens" in context
     assert "<strong>yes</strong>: simd paid 3x on gelu" in context
     assert context.count("<td>no</td>") == 1  # case:9 was retrieved, not adopted
+
+
+def test_the_session_page_is_drawn_from_one_moment_of_a_running_session(
+    transactional_db: None,
+    team: Team,
+    client_for: Callable[[Role], Client],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page reads the session, its log and its chart one after the other. A case recorded
+    in between (here: by another connection, between the log and the chart) must not be in the
+    chart while its event is past the page's last seq: the socket, asking from that seq, would
+    send it again, and the chart would show it twice."""
+    version = stored_builtin("relu")
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    source = kernel_source_store("int kope_kernel;\n")
+
+    def record(iteration: int) -> None:
+        journal_append(session_id=session.pk, kind="case_recorded", payload={
+            "iteration": iteration, "version_id": version.pk, "target": "cpu-c",
+            "strategy": f"try {iteration}", "outcome": "improved", "correct": True,
+            "source_sha256": source.sha256, "latency_ms": 4.0 - iteration,
+            "speedup_vs_parent": None})  # fmt: skip
+
+    def record_elsewhere(iteration: int) -> None:
+        try:
+            record(iteration)
+        finally:
+            connection.close()  # this thread's own connection
+
+    record(0)
+    drawn = views.latency_chart
+
+    def chart_after_a_case_is_recorded(*args: Any) -> dict[str, Any]:
+        worker = threading.Thread(target=record_elsewhere, args=(1,))
+        worker.start()
+        worker.join()
+        return drawn(*args)
+
+    monkeypatch.setattr(views, "latency_chart", chart_after_a_case_is_recorded)
+
+    response = client_for(Role.VIEWER).get(f"/t/{team.slug}/sessions/{session.pk}/")
+
+    assert Case.objects.filter(session=session).count() == 2  # it was recorded
+    assert [a["iteration"] for a in response.context["chart"]["attempts"]["relu"]] == [0]
+    first = JournalEvent.objects.get(session=session, kind="case_recorded",
+                                     payload__iteration=0)  # fmt: skip
+    assert response.context["last_seq"] == first.seq
