@@ -14,6 +14,7 @@
   const PROGRESS = new Set(["incumbent_replaced", "operator_finished", "session_finished"]);
   // Events after which the context composition is fetched again.
   const CONTEXT = new Set(["context_assembled", "candidate_proposed"]);
+  const CLOSED_OUT = 4403;  // the server's close code for a watcher no longer in the team
   const tokensUsed = document.getElementById("tokens-used");
   const tokensBar = document.getElementById("tokens-bar");
 
@@ -78,7 +79,11 @@
     socket = new WebSocket(`${scheme}://${location.host}${log.dataset.socket}?after=${last}`);
     socket.onopen = () => { retryMs = 500; live.textContent = "live"; };
     socket.onmessage = receive;
-    socket.onclose = () => {
+    socket.onclose = (event) => {
+      if (event.code === CLOSED_OUT) {  // not in the team any more: reconnecting cannot help
+        live.textContent = "closed: you are no longer in this session's team";
+        return;
+      }
       live.textContent = "reconnecting…";
       setTimeout(connect, retryMs);
       retryMs = Math.min(retryMs * 2, 10000);

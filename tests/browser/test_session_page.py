@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.transaction import atomic
 from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.accounts.services import membership_remove
+from apps.memory.journal import journal_append
 from apps.runs.loop import session_begin, session_pause
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
@@ -157,4 +160,30 @@ def test_the_status_follows_the_session_live_as_a_reload_shows_it(
         page.reload()
         assert status.evaluate("element => element.outerHTML") == live
         assert live == '<strong id="session-status" class="status status-paused">paused</strong>'
+        assert errors == []
+
+
+def test_a_watcher_removed_from_the_team_is_told_and_the_page_stops_reconnecting(
+    engineer: Membership, queued: OptimizationSession, chromium: Browser
+) -> None:
+    # the team keeps an admin (in another thread: Playwright's event loop forbids the ORM here)
+    in_another_thread(lambda: MembershipFactory(team=engineer.team, role=Role.ADMIN))
+    env = process_env("single-machine")
+    with daphne(env) as url:
+        page = chromium.new_page()
+        errors = script_errors(page)
+        log_in(page, url, engineer, f"/t/watch/sessions/{queued.pk}/")
+        live = page.locator("#live-status")
+        expect(live).to_have_text("live")
+
+        user = engineer.user.username
+        in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
+        note = {"text": "after the removal"}
+        in_another_thread(lambda: journal_append(session_id=queued.pk, kind="session_note",
+                                                 payload=note))  # fmt: skip
+        closed = "closed: you are no longer in this session's team"
+        expect(live).to_have_text(closed)
+        page.wait_for_timeout(1500)  # a reconnection would have been tried after 0.5 s
+        expect(live).to_have_text(closed)
+        assert page.locator('#event-log li[data-kind="session_note"]').count() == 0
         assert errors == []
