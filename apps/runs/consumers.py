@@ -35,7 +35,8 @@ def may_watch(user_id: int | None, session_id: int) -> bool:
     if user_id is None:
         return False
     team_id = OptimizationSession.objects.filter(pk=session_id).values_list("team_id", flat=True)
-    return Membership.objects.filter(user_id=user_id, team_id__in=team_id).exists()
+    return Membership.objects.filter(user_id=user_id, user__is_active=True,
+                                     team_id__in=team_id).exists()  # fmt: skip
 
 
 @database_sync_to_async  # type: ignore[untyped-decorator]

@@ -27,7 +27,8 @@ def team_id_for(user_id: int | None, team_slug: str) -> int | None:
 def is_member(user_id: int | None, team_id: int) -> bool:
     if user_id is None:
         return False
-    return Membership.objects.filter(user_id=user_id, team_id=team_id).exists()
+    return Membership.objects.filter(user_id=user_id, user__is_active=True,
+                                     team_id=team_id).exists()  # fmt: skip
 
 
 class TeamEventsConsumer(MembersOnlyConsumer):

@@ -4,12 +4,15 @@ or holes, also when a live message was lost (the channel layer restarting)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 
+from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.accounts.services import membership_remove
 from apps.memory.journal import journal_append, publish_event
@@ -126,8 +129,17 @@ def test_another_teams_session_cannot_be_watched(transactional_db: None) -> None
     assert async_to_sync(attempt)() == (False, 4403)
 
 
-def test_a_member_removed_while_watching_is_closed_out_before_the_next_event(
-    transactional_db: None,
+def removed(member: Membership) -> None:
+    membership_remove(team=member.team, username=member.user.username)
+
+
+def deactivated(member: Membership) -> None:
+    User.objects.filter(pk=member.user_id).update(is_active=False)
+
+
+@pytest.mark.parametrize("leave", [removed, deactivated])
+def test_a_member_removed_or_deactivated_while_watching_is_closed_out_before_the_next_event(
+    transactional_db: None, leave: Callable[[Membership], None]
 ) -> None:
     stored_builtin("relu")
     watcher = MembershipFactory(role=Role.VIEWER)
@@ -138,7 +150,7 @@ def test_a_member_removed_while_watching_is_closed_out_before_the_next_event(
         socket = communicator(session.pk, watcher.user, after=0)
         connected, _ = await socket.connect()
         assert connected
-        await sync(membership_remove)(team=watcher.team, username=watcher.user.username)
+        await sync(leave)(watcher)
         await sync(note)(session.pk, "after the removal")
         output: dict[str, Any] = await socket.receive_output(timeout=10)
         await socket.disconnect()
