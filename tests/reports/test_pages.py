@@ -113,6 +113,10 @@ def test_a_reviewer_imports_a_file_and_its_rules_wait_in_the_review_queue(
     assert rule.status == "pending"
     queue = client.get(f"/t/{team.slug}/review/").content.decode()
     assert "Tile the k loop" in queue and f"imported from team {other_team.name}" in queue
+    detail = client.get(f"/t/{team.slug}/review/{rule.pk}/").content.decode()
+    origin = Rule.objects.get(team=other_team).pk
+    assert (f"Imported from team {other_team.name} (<code>{other_team.slug}</code>): its rule "
+            f"{origin}, pending there, version 1") in detail  # fmt: skip
 
 
 def test_a_bad_import_file_is_shown_with_what_is_wrong_and_listed_as_failed(
