@@ -217,12 +217,13 @@ def serve_orders(go: int, report: int, calls: dict[bytes, Callable[[], int]],
 # is cheap beside the work (renewal_budget_s): on large memory-bound inputs a draw costs
 # several calls, and there a kernel must read every input to know them, which is the work.
 # Each RENEW reply says whether the contents changed; the verdict counts them.
+#
 # The last call then gets the judge's inputs, which the kernel has never seen, copied into
 # those same buffers, and its output buffer is the one the timed calls wrote, still holding
-# their answer: a kernel that
-# answers from what it remembers of an address, a shape or its output buffer hands back that
-# stale answer, and the judge, comparing the last output with the reference's, refuses the
-# timing. Only a kernel that rereads its inputs can tell, and then it does the real work.
+# their answer: a kernel that answers from what it remembers of an address, a shape or its
+# output buffer hands back that stale answer, and the judge, comparing the last output with
+# the reference's, refuses the timing. Only a kernel that rereads its inputs can tell, and
+# then it does the real work.
 
 
 def renewal_budget_s(reference_s: float) -> float:
