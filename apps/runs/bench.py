@@ -102,7 +102,7 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     slugs = kernels.operators or suite_slugs(suite)
     unknown = sorted(set(slugs) - set(suite_slugs(suite)))
     if unknown:
-        raise BenchmarkError(f"not built-in operators: {', '.join(unknown)}")
+        raise BenchmarkError(f"--operators: not built-in operators: {', '.join(unknown)}")
     team = bench_team(kernels.team)
     known_before = Case.objects.filter(session__team=team).count()
     started, since = time.monotonic(), timezone.now()

@@ -90,11 +90,13 @@ def test_rebuild_forest_names_a_session_that_does_not_exist(db: None) -> None:
         (["retrieval", "--cases", "-1"], "--cases must be at least 1"),
         (["evaluator", "--repeats", "1"],
          "--repeats must be at least 2: the spread compares evaluations"),
+        (["kernels", "--operators", ","], "--operators names no operator"),
+        (["kernels", "--operators", ""], "--operators names no operator"),
     ],
 )  # fmt: skip
 def test_bench_refuses_options_outside_their_bounds(arguments: list[str], reason: str) -> None:
-    """`--cases -1` used to run, and a --timed-calls past the evaluator's bound failed deep
-    inside the run."""
+    """`--cases -1` used to run, a --timed-calls past the evaluator's bound failed deep
+    inside the run, and an `--operators` that named none ran the whole suite."""
     with pytest.raises(CommandError, match=f"^{reason}$"):
         call_command("bench", *arguments, stdout=StringIO(), stderr=StringIO())
 

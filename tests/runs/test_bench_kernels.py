@@ -188,6 +188,11 @@ def test_a_team_that_does_not_exist_is_named_in_the_error(db: None) -> None:
         bench_json("--operators", OPERATOR, "--team", "no-such-team")
 
 
+def test_an_operator_that_is_not_built_in_is_named_with_the_option(db: None) -> None:
+    with pytest.raises(CommandError, match=r"^--operators: not built-in operators: no_such_op$"):
+        bench_json("--operators", f"{OPERATOR},no_such_op")
+
+
 def bench_json(*args: str) -> dict[str, Any]:
     out = StringIO()
     call_command("bench", "kernels", "--timed-calls", "3", "--json", *args, stdout=out,

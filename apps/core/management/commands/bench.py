@@ -36,7 +36,7 @@ class Command(BaseCommand):
             "--cases", type=int, default=DEFAULT_CASES, help="synthetic cases (retrieval)"
         )
         parser.add_argument(
-            "--operators", default="", help="kernels: comma list of built-in operators (all)"
+            "--operators", default=None, help="kernels: comma list of built-in operators (all)"
         )
         parser.add_argument("--rounds", type=int, default=30, help="kernels: rounds per operator")
         parser.add_argument(
@@ -82,7 +82,13 @@ def option_problem(options: dict[str, Any]) -> str | None:
         return f"--timed-calls must be from 3 to {most_calls}"
     if options["cases"] < 1:
         return "--cases must be at least 1"
+    if options["operators"] is not None and not operator_slugs(options["operators"]):
+        return "--operators names no operator"  # left out, it means all of them
     return None
+
+
+def operator_slugs(names: str) -> list[str]:
+    return [name.strip() for name in names.split(",") if name.strip()]
 
 
 # The web benchmark makes and migrates a database of its own; the evaluator's needs none.
@@ -91,7 +97,7 @@ USES_THE_DATABASE = ("kernels", "retrieval", "reference")
 
 def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
     kernels = KernelsOptions(
-        operators=[s.strip() for s in options["operators"].split(",") if s.strip()] or None,
+        operators=operator_slugs(options["operators"]) if options["operators"] else None,
         rounds=options["rounds"],
         repeats=options["timed_calls"],
         out_dir=Path(options["out"]) if options["out"] else None,
