@@ -101,6 +101,20 @@ def test_bench_refuses_options_outside_their_bounds(arguments: list[str], reason
         call_command("bench", *arguments, stdout=StringIO(), stderr=StringIO())
 
 
+@pytest.mark.parametrize("under", ["", "folder"])
+def test_bench_kernels_refuses_an_out_folder_it_cannot_write_before_it_runs(
+    tmp_path: Path, under: str
+) -> None:
+    """It used to run every session first and then end in a FileExistsError or
+    NotADirectoryError traceback, the tables lost."""
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    out = taken / under if under else taken
+    with pytest.raises(CommandError, match=f"^--out {out}: not a folder it can write to: "):
+        call_command("bench", "kernels", "--operators", "relu", "--out", str(out),
+                     stdout=StringIO(), stderr=StringIO())  # fmt: skip
+
+
 def test_evaluate_reads_no_more_of_a_kernel_file_than_the_limit(db: None) -> None:
     """`evaluate relu /dev/zero` read forever."""
     stored_builtin("relu")
