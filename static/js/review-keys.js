@@ -1,16 +1,24 @@
 // Keyboard review: j/k move between the rules on screen (the current filter's), a approves
-// the selected one's latest version, v moves to its veto reason, Enter opens it.
+// the selected one's latest version, v moves to its veto reason, Enter opens it. A card that
+// gets focus some other way (Tab, a click) becomes the selected one, so a key never acts on a
+// card other than the one the reviewer is on.
 (() => {
   "use strict";
   const cards = Array.from(document.querySelectorAll("#rule-queue .rule-card"));
   if (!cards.length) return;
   let index = 0;
 
-  function select(next) {
+  function mark(next) {
     index = Math.max(0, Math.min(cards.length - 1, next));
     cards.forEach((card, i) => card.classList.toggle("selected", i === index));
+  }
+
+  function select(next) {
+    mark(next);
     cards[index].focus();
   }
+
+  cards.forEach((card, i) => card.addEventListener("focusin", () => mark(i)));
 
   document.addEventListener("keydown", (event) => {
     const typing = event.target.closest && event.target.closest("input, textarea, select");

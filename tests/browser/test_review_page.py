@@ -3,6 +3,7 @@ approve button."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,26 @@ def test_a_reviewer_approves_and_vetoes_and_a_viewer_cannot_approve(
         expect(visitor.get_by_role("button", name="Approve")).to_have_count(0)
         visitor.goto(f"{url}/t/rules/review/{first.pk}/")
         expect(visitor.get_by_role("button", name="Approve")).to_have_count(0)
+
+
+def test_a_key_acts_on_the_card_that_has_focus(
+    people: tuple[Membership, Membership, list[Rule]], chromium: Browser
+) -> None:
+    reviewer, _, _ = people
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, reviewer, "/t/rules/review/")
+        cards = page.locator("#rule-queue .rule-card")
+        expect(cards.first).to_be_focused()  # the first card is selected on arrival
+        second = cards.nth(1)
+        second.locator(".statement").click()  # a click (or Tab) moves focus to another card
+        expect(second).to_be_focused()
+        expect(second).to_have_class(re.compile(r"\bselected\b"))
+
+        chosen = second.get_attribute("data-rule")
+        page.keyboard.press("a")
+        expect(page.get_by_role("status")).to_contain_text(f"Rule {chosen} approved.")
+        page.goto(f"{url}/t/rules/review/?status=approved")
+        approved = page.locator("#rule-queue .rule-card")
+        expect(approved).to_have_count(1)
+        expect(approved).to_have_attribute("data-rule", str(chosen))
