@@ -99,7 +99,7 @@ class OperatorResult:
 def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[str, Any]:
     options.progress("storing the built-in suite (first run only)")
     suite = builtin_suite_load()
-    slugs = kernels.operators or suite_slugs(suite)
+    slugs = list(dict.fromkeys(kernels.operators or suite_slugs(suite)))  # a session runs each once
     unknown = sorted(set(slugs) - set(suite_slugs(suite)))
     if unknown:
         raise BenchmarkError(f"--operators: not built-in operators: {', '.join(unknown)}")

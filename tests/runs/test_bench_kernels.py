@@ -193,6 +193,16 @@ def test_an_operator_that_is_not_built_in_is_named_with_the_option(db: None) -> 
         bench_json("--operators", f"{OPERATOR},no_such_op")
 
 
+def test_an_operator_named_twice_is_measured_and_counted_once(db: None, tmp_path: Path) -> None:
+    """Its session ran it once, but it had two rows, counted twice in the memory effect and in
+    "the same kernel for 2 of 2 operators", beside summaries that counted it once."""
+    store_every_builtin()
+    report = bench_json("--operators", f"{OPERATOR},{OPERATOR}", "--rounds", "1", "--out",
+                        str(tmp_path))  # fmt: skip
+    assert [row["operator"] for row in report["operators"]] == [OPERATOR]
+    assert report["operators_with_the_same_best_kernel"] <= 1
+
+
 def bench_json(*args: str) -> dict[str, Any]:
     out = StringIO()
     call_command("bench", "kernels", "--timed-calls", "3", "--json", *args, stdout=out,
