@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from apps.accounts.access import team_view
-from apps.accounts.models import Membership
+from apps.accounts.models import Membership, Team
 from apps.core.code_html import c_code_html
 from apps.memory import selectors as memory_selectors
 from apps.memory.forest import Node, load_forest, path_to, roots
@@ -117,11 +117,12 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
         )
     )
     slug = request.GET.get("operator") or (operators[0] if operators else "")
-    target = request.GET.get("target", "cpu-c")
+    targets = operator_targets(team, slug)
+    target = forest_target(request.GET.get("target", ""), targets)
     opened = {n for i in request.GET.get("open", "").split(",") if (n := as_int(i)) is not None}
     filters = Filters.from_query(request.GET)
     context: dict[str, Any] = {"section": "forest", "operators": operators, "slug": slug,
-                               "target": target, "filters": filters, "rows": [],
+                               "targets": targets, "target": target, "filters": filters, "rows": [],
                                "opened": ",".join(map(str, sorted(opened)))}  # fmt: skip
     if slug:
         nodes = load_forest(selectors.operator_get(team, slug), target, team.pk)
@@ -132,6 +133,20 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
             hidden=len(nodes) - len(shown),
         )
     return render(request, "memory/forest.html", context)
+
+
+def operator_targets(team: Team, slug: str) -> list[str]:
+    """The targets the team's cases of this operator ran on (a forest is one target's)."""
+    cases = Case.objects.filter(session__team=team, version__operator__slug=slug)
+    return sorted(set(cases.values_list("target", flat=True)))
+
+
+def forest_target(requested: str, targets: list[str]) -> str:
+    """The requested target where the operator has cases, else its first one (a target kept
+    from another operator's forest would show an empty one)."""
+    if requested in targets or not targets:
+        return requested or "cpu-c"
+    return targets[0]
 
 
 @team_view()

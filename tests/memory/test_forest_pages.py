@@ -132,3 +132,20 @@ def test_a_path_opened_hundreds_of_levels_deep_renders_nested(team: Team, viewer
         page.count('<ul role="group">') == 299
         and page.count('<li role="treeitem"') == page.count("</li>") == 300
     )
+
+
+def test_an_operator_tried_only_on_another_target_shows_its_forest_and_the_target_choice(
+    team: Team, viewer: Client
+) -> None:
+    version = stored_builtin("gemm")
+    session = OptimizationSession.objects.create(team=team, target="cuda", memory_mode="off")
+    root = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        "iteration": 0, "version_id": version.pk, "target": "cuda", "strategy": "naive grid",
+        "outcome": "no_change", "correct": True})  # fmt: skip
+
+    page = viewer.get(f"/t/{team.slug}/forest/?operator=gemm").content.decode()
+
+    assert f'data-case="{root.pk}"' in page and "1 node(s) for <code>gemm</code> on cuda" in page
+    assert '<option value="cuda" selected>cuda</option>' in page
+    kept = viewer.get(f"/t/{team.slug}/forest/?operator=gemm&target=cpu-c").content.decode()
+    assert f'data-case="{root.pk}"' in kept  # a target kept from another operator's forest
