@@ -24,6 +24,7 @@ RELU_KERNEL = Path("apps/operators/builtin/relu/naive.c")
 COMMANDS = [
     ["bench", "kernels", "--operators", "relu"],
     ["bench", "retrieval"],
+    ["bench", "evaluator", "--quick"],
     ["list_operators"],
     ["load_builtin_suite"],
     ["rebuild_forest"],

@@ -106,8 +106,9 @@ def operator_slugs(names: str) -> list[str]:
     return [name.strip() for name in names.split(",") if name.strip()]
 
 
-# The web benchmark makes and migrates a database of its own; the evaluator's needs none.
-USES_THE_DATABASE = ("kernels", "retrieval", "reference")
+# The web benchmark makes and migrates a database of its own; the evaluator's reads the
+# built-in operators, as the others do.
+USES_THE_DATABASE = ("kernels", "retrieval", "reference", "evaluator")
 
 
 def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
