@@ -69,9 +69,16 @@ def case_evaluation(team: Team, case: Case) -> Evaluation | None:
     return Evaluation.objects.filter(team=team, pk=evaluation_id).first()
 
 
-def kernel_evaluations(team: Team, case: Case) -> Any:
-    return Evaluation.objects.filter(team=team, source_id=case.source_id,
-                                     version_id=case.version_id, target=case.target)  # fmt: skip
+def profile_evaluations(team: Team, case: Case) -> Any:
+    """The evaluations that profile the case's kernel as its verdict measured it: the same
+    code built with the same flags and run on as many threads (other flags are other machine
+    code, with other instructions and cache misses)."""
+    measured = profile_settings(team, case)
+    return Evaluation.objects.filter(
+        team=team, source_id=case.source_id, version_id=case.version_id, target=case.target,
+        options__profile=True, options__extra_flags=list(measured.extra_flags),
+        options__threads=measured.threads,
+    )  # fmt: skip
 
 
 def side_of(team: Team, case: Case) -> Side:
@@ -83,12 +90,8 @@ def side_of(team: Team, case: Case) -> Side:
         side.reference_median_ms = (timed.get("reference") or {}).get("median_ms")
     if case.source_id is None:
         return side
-    side.profile = (
-        Profile.objects.filter(evaluation__in=kernel_evaluations(team, case))
-        .order_by("-created_at")
-        .first()
-    )
-    requested = kernel_evaluations(team, case).filter(options__profile=True).order_by("-created_at")
+    requested = profile_evaluations(team, case).order_by("-created_at")
+    side.profile = Profile.objects.filter(evaluation__in=requested).order_by("-created_at").first()
     latest = requested.first()
     if latest is not None and latest.status in PENDING:
         side.profiling = latest
@@ -182,17 +185,22 @@ def compare_profile(request: HttpRequest, membership: Membership) -> HttpRespons
 
 
 def profile_start(team: Team, case: Case, user: Any) -> Evaluation:
+    assert case.source is not None
+    return evaluation_start(version=case.version, source_text=case.source.text,
+                            options=profile_settings(team, case), team=team, user=user,
+                            target=case.target)  # fmt: skip
+
+
+def profile_settings(team: Team, case: Case) -> EvalSettings:
+    """A profile's settings: those the case's verdict was measured with, profiling."""
     measured = case_evaluation(team, case)
     options = dict(measured.options) if measured is not None else {}
     known = EvalSettings.__dataclass_fields__
     measured_with = EvalSettings.from_settings(**{k: v for k, v in options.items() if k in known})
     # A profile is of the kernel alone: no baseline timed beside it.
-    settings = replace(measured_with, seeds=1, profile=True, debug=False,
-                       extra_flags=tuple(measured_with.extra_flags), baseline_sha256="",
-                       baseline_flags=())  # fmt: skip
-    assert case.source is not None
-    return evaluation_start(version=case.version, source_text=case.source.text, options=settings,
-                            team=team, user=user, target=case.target)  # fmt: skip
+    return replace(measured_with, seeds=1, profile=True, debug=False,
+                   extra_flags=tuple(measured_with.extra_flags), baseline_sha256="",
+                   baseline_flags=())  # fmt: skip
 
 
 @team_view()

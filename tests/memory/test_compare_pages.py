@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -187,3 +188,28 @@ def test_measured_cases_show_deltas_and_samples_and_get_profiles_on_request(
     assert any(e["ph"] == "C" for e in trace["traceEvents"])  # the cachegrind counters
     outsider_path = trace_path.replace(f"/t/{team.slug}/", f"/t/{other_team.slug}/")
     assert admin_of(other_team).get(outsider_path).status_code == 404
+
+
+@needs_valgrind
+def test_the_same_code_under_other_flags_gets_its_own_profile(
+    team: Team, small_add: OperatorVersion, engineer: Client
+) -> None:
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    plain = evaluated(team, small_add, NAIVE)
+    unrolled_options = replace(OPTIONS, extra_flags=("-funroll-loops",))
+    unrolled, _ = evaluation_request(version=small_add, source_text=NAIVE,
+                                     options=unrolled_options, team=team)  # fmt: skip
+    unrolled = evaluation_execute(unrolled.pk, max_attempts=1)
+    a = recorded_case(session, small_add, 0, None, NAIVE, "starting kernel", plain)
+    b = recorded_case(session, small_add, 1, a, NAIVE, "flags(set=unroll)", unrolled)
+
+    engineer.post(f"/t/{team.slug}/compare/profile/", {"a": a, "b": b})
+    queued = Evaluation.objects.filter(team=team, options__profile=True)
+    assert sorted(e.options["extra_flags"] for e in queued) == [[], ["-funroll-loops"]]
+    for evaluation in queued:
+        evaluation_execute(evaluation.pk, max_attempts=1)
+
+    html = page(engineer, team, f"a={a}&b={b}&part=profiles")
+    traces = re.findall(rf'href="/t/{team.slug}/profiles/(\d+)/trace.json"', html)
+    flags = [Evaluation.objects.get(profiles__pk=pk).options["extra_flags"] for pk in traces]
+    assert flags == [[], ["-funroll-loops"]]  # A's profile and B's, each of its own binary
