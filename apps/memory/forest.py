@@ -50,7 +50,18 @@ def forest_cases(operator: Operator, target: str, team_id: int | None = None) ->
 
 def load_forest(operator: Operator, target: str, team_id: int | None = None) -> dict[int, Node]:
     """One forest: every team's cases, or one team's (what its pages show)."""
-    rows = forest_cases(operator, target, team_id).order_by("pk").values_list(*NODE_FIELDS)
+    return forest_of(forest_cases(operator, target, team_id))
+
+
+def team_forest(team_id: int, slug: str, target: str) -> dict[int, Node]:
+    """The team's forest of an operator slug, as its forest page lists operators: a team's own
+    operator of a shared one's slug leaves the team's attempts on the shared one in it."""
+    cases = Case.objects.filter(session__team_id=team_id, version__operator__slug=slug)
+    return forest_of(cases.filter(target=target))
+
+
+def forest_of(cases: QuerySet[Case]) -> dict[int, Node]:
+    rows = cases.order_by("pk").values_list(*NODE_FIELDS)
     nodes = {row[0]: Node(*row) for row in rows}
     for node in nodes.values():
         if node.parent_id in nodes:

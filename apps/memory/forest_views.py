@@ -19,7 +19,7 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership, Team
 from apps.core.code_html import c_code_html
 from apps.memory import selectors as memory_selectors
-from apps.memory.forest import Node, load_forest, path_to, roots
+from apps.memory.forest import Node, load_forest, path_to, roots, team_forest
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 
@@ -125,7 +125,8 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
                                "targets": targets, "target": target, "filters": filters, "rows": [],
                                "opened": ",".join(map(str, sorted(opened)))}  # fmt: skip
     if slug:
-        nodes = load_forest(selectors.operator_get(team, slug), target, team.pk)
+        selectors.operator_get(team, slug)  # an operator the team cannot see is not found
+        nodes = team_forest(team.pk, slug, target)
         shown = visible_ids(nodes, filters)
         context.update(
             rows=tree_rows([r for r in roots(nodes) if r.id in shown], opened, shown),

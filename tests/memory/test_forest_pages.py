@@ -149,3 +149,20 @@ def test_an_operator_tried_only_on_another_target_shows_its_forest_and_the_targe
     assert '<option value="cuda" selected>cuda</option>' in page
     kept = viewer.get(f"/t/{team.slug}/forest/?operator=gemm&target=cpu-c").content.decode()
     assert f'data-case="{root.pk}"' in kept  # a target kept from another operator's forest
+
+
+def test_a_teams_own_operator_of_a_shared_slug_leaves_the_shared_ones_attempts_in_its_forest(
+    team: Team, viewer: Client
+) -> None:
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    attempts = {}
+    for name, version in (("shared", stored_builtin("gemm")),
+                          ("own", stored_builtin("gemm", team=team))):  # fmt: skip
+        attempts[name] = journal_append(session_id=session.pk, kind="case_recorded", payload={
+            "iteration": len(attempts), "version_id": version.pk, "target": "cpu-c",
+            "strategy": f"{name} start", "outcome": "no_change", "correct": True}).pk  # fmt: skip
+
+    page = viewer.get(f"/t/{team.slug}/forest/?operator=gemm").content.decode()
+
+    assert f'data-case="{attempts["own"]}"' in page
+    assert f'data-case="{attempts["shared"]}"' in page  # where its case page's link leads
