@@ -147,7 +147,12 @@ def _is_postgres_process(pid: int) -> bool:
 def socket_dir(data_dir: str, database: str) -> str:
     """Start (or join) the embedded server once per process and return its socket directory."""
     pgdata = Path(data_dir) / "pgdata"
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file there, no permission: settings made no folder of it
+        raise EmbeddedDatabaseError(
+            f"KOPE_DATA_DIR={data_dir!r} cannot hold the embedded database: {error.strerror}."
+        ) from None
     check_data_dir_version(pgdata)
     remove_stale_lock(pgdata)
     forget_dead_handles(pgdata)

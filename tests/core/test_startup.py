@@ -264,6 +264,21 @@ def test_a_data_dir_that_is_a_file_is_named(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_data_dir_that_is_a_file_is_named_where_redis_needs_no_broker_folder(
+    tmp_path: Path,
+) -> None:
+    """With REDIS_URL the settings make no folder there: the embedded database is the first
+    to need one (migrate connects; Redis itself is never asked)."""
+    not_a_folder = tmp_path / "var"
+    not_a_folder.write_text("a file, not a folder")
+    result = manage("migrate", KOPE_DATA_DIR=str(not_a_folder),
+                    REDIS_URL="redis://127.0.0.1:9/0")  # fmt: skip
+    assert result.returncode == 2
+    assert (f"Configuration error: KOPE_DATA_DIR={str(not_a_folder)!r} cannot hold the "
+            "embedded database: File exists.") in result.stderr  # fmt: skip
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("port", ["0", "-1", "70000"])
 def test_a_port_out_of_range_is_refused_naming_the_option(port: str) -> None:
     result = manage("runstack", "--port", port, DJANGO_SETTINGS_MODULE="kope_web.settings.local")
