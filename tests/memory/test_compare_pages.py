@@ -213,3 +213,23 @@ def test_the_same_code_under_other_flags_gets_its_own_profile(
     traces = re.findall(rf'href="/t/{team.slug}/profiles/(\d+)/trace.json"', html)
     flags = [Evaluation.objects.get(profiles__pk=pk).options["extra_flags"] for pk in traces]
     assert flags == [[], ["-funroll-loops"]]  # A's profile and B's, each of its own binary
+
+
+def test_a_measure_only_one_side_has_reads_as_a_dash_on_the_other(
+    team: Team, small_add: OperatorVersion, engineer: Client
+) -> None:
+    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
+    timed = evaluated(team, small_add, NAIVE)
+    first = recorded_case(session, small_add, 0, None, NAIVE, "starting kernel", timed)
+    second = journal_append(session_id=session.pk, kind="case_recorded", payload={
+        "iteration": 1, "version_id": small_add.pk, "target": "cpu-c", "strategy": "wrong",
+        "outcome": "incorrect", "correct": False, "parent_case_id": first,
+        "source_sha256": kernel_source_store(VECTORIZED).sha256, "latency_ms": None,
+        "speedup_vs_reference": None, "feedback": {"summary": "incorrect"}}).pk  # fmt: skip
+
+    html = page(engineer, team, f"a={first}&b={second}")
+
+    start = html.index('<table class="compact measurements">')
+    table = html[start : html.index("</table>", start)]
+    assert "<td></td>" not in table
+    assert "<td>-</td>" in table
