@@ -53,11 +53,14 @@ def load_forest(operator: Operator, target: str, team_id: int | None = None) -> 
     return forest_of(forest_cases(operator, target, team_id))
 
 
+def team_cases_of_slug(team_id: int, slug: str) -> QuerySet[Case]:
+    """The team's cases of every operator of this slug, as its forest page lists operators: a
+    team's own operator of a shared one's slug leaves the team's attempts on the shared one."""
+    return Case.objects.filter(session__team_id=team_id, version__operator__slug=slug)
+
+
 def team_forest(team_id: int, slug: str, target: str) -> dict[int, Node]:
-    """The team's forest of an operator slug, as its forest page lists operators: a team's own
-    operator of a shared one's slug leaves the team's attempts on the shared one in it."""
-    cases = Case.objects.filter(session__team_id=team_id, version__operator__slug=slug)
-    return forest_of(cases.filter(target=target))
+    return forest_of(team_cases_of_slug(team_id, slug).filter(target=target))
 
 
 def forest_of(cases: QuerySet[Case]) -> dict[int, Node]:

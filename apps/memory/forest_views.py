@@ -19,7 +19,14 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership, Team
 from apps.core.code_html import c_code_html
 from apps.memory import selectors as memory_selectors
-from apps.memory.forest import Node, load_forest, path_to, roots, team_forest
+from apps.memory.forest import (
+    Node,
+    load_forest,
+    path_to,
+    roots,
+    team_cases_of_slug,
+    team_forest,
+)
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 
@@ -138,8 +145,7 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
 
 def operator_targets(team: Team, slug: str) -> list[str]:
     """The targets the team's cases of this operator ran on (a forest is one target's)."""
-    cases = Case.objects.filter(session__team=team, version__operator__slug=slug)
-    return sorted(set(cases.values_list("target", flat=True)))
+    return sorted(set(team_cases_of_slug(team.pk, slug).values_list("target", flat=True)))
 
 
 def forest_target(requested: str, targets: list[str]) -> str:
