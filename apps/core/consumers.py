@@ -9,7 +9,12 @@ CLOSE_FORBIDDEN = 4403
 
 class MembersOnlyConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     group: str | None = None
-    user_id: int | None = None
+
+    @property
+    def user_id(self) -> int | None:
+        """The logged-in user's id; None for an anonymous one (never a member)."""
+        user = self.scope.get("user")
+        return user.pk if user is not None and user.is_authenticated else None
 
     async def may_see(self) -> bool:
         """Whether the user may still receive what the group carries."""

@@ -69,9 +69,7 @@ class SessionEventsConsumer(MembersOnlyConsumer):
     last_seq = 0
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        self.user_id = user.pk if user is not None and user.is_authenticated else None
         if not await may_watch(self.user_id, self.session_id):
             await self.close(code=CLOSE_FORBIDDEN)
             return

@@ -35,9 +35,7 @@ class TeamEventsConsumer(MembersOnlyConsumer):
     team_id = 0
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
         slug = self.scope["url_route"]["kwargs"]["team"]
-        self.user_id = user.pk if user is not None and user.is_authenticated else None
         team_id = await team_id_for(self.user_id, slug)
         if team_id is None:
             await self.close(code=CLOSE_FORBIDDEN)
