@@ -4,6 +4,8 @@ event log grows as the journal does, and a dropped socket is filled in on reconn
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -139,17 +141,26 @@ def queued(engineer: Membership) -> OptimizationSession:
     return session_create(team=engineer.team, user=None, operators=["gemm"], start=False)
 
 
+@contextmanager
+def live_session_page(
+    chromium: Browser, engineer: Membership, session: OptimizationSession
+) -> Iterator[tuple[Page, list[str]]]:
+    """The session's page as `engineer` sees it once its socket is live, and its script
+    errors."""
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        errors = script_errors(page)
+        log_in(page, url, engineer, f"/t/watch/sessions/{session.pk}/")
+        expect(page.locator("#live-status")).to_have_text("live")
+        yield page, errors
+
+
 def test_the_status_follows_the_session_live_as_a_reload_shows_it(
     engineer: Membership, queued: OptimizationSession, chromium: Browser
 ) -> None:
-    env = process_env("single-machine")
-    with daphne(env) as url:
-        page = chromium.new_page()
-        errors = script_errors(page)
-        log_in(page, url, engineer, f"/t/watch/sessions/{queued.pk}/")
+    with live_session_page(chromium, engineer, queued) as (page, errors):
         status = page.locator("#session-status")
         expect(status).to_have_text("queued")
-        expect(page.locator("#live-status")).to_have_text("live")
 
         in_another_thread(lambda: session_begin(queued))  # queued becomes running
         expect(page.locator('#event-log li[data-kind="session_started"]')).to_be_attached()
@@ -168,13 +179,8 @@ def test_a_watcher_removed_from_the_team_is_told_and_the_page_stops_reconnecting
 ) -> None:
     # the team keeps an admin (in another thread: Playwright's event loop forbids the ORM here)
     in_another_thread(lambda: MembershipFactory(team=engineer.team, role=Role.ADMIN))
-    env = process_env("single-machine")
-    with daphne(env) as url:
-        page = chromium.new_page()
-        errors = script_errors(page)
-        log_in(page, url, engineer, f"/t/watch/sessions/{queued.pk}/")
+    with live_session_page(chromium, engineer, queued) as (page, errors):
         live = page.locator("#live-status")
-        expect(live).to_have_text("live")
 
         user = engineer.user.username
         in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
