@@ -35,21 +35,32 @@ FAILED = {"compile_error", "incorrect", "crashed", "timed_out", "rejected"}
 
 @dataclass(frozen=True)
 class Filters:
+    """`session_text` is the session filter as typed: empty is no filter, and one that is no
+    session number (`session` None) matches nothing and says why (never "no filter")."""
+
     outcome: str = ""
     session: int | None = None
     strategy: str = ""
+    session_text: str = ""
 
     @classmethod
     def from_query(cls, query: Any) -> Filters:
-        return cls(query.get("outcome", ""), as_int(query.get("session", "")),
-                   query.get("strategy", "").strip()[:200])  # fmt: skip
+        session = query.get("session", "").strip()[:30]
+        return cls(query.get("outcome", ""), as_int(session),
+                   query.get("strategy", "").strip()[:200], session)  # fmt: skip
+
+    @property
+    def session_error(self) -> str:
+        if self.session_text and self.session is None:
+            return f"Session: a session number such as 12, not {self.session_text!r}."
+        return ""
 
     def active(self) -> bool:
-        return bool(self.outcome or self.session or self.strategy)
+        return bool(self.outcome or self.session_text or self.strategy)
 
     def matches(self, node: Node) -> bool:
         outcome = not self.outcome or node.outcome == self.outcome
-        session = self.session is None or node.session_id == self.session
+        session = not self.session_text or node.session_id == self.session
         strategy = not self.strategy or self.strategy.lower() in node.strategy.lower()
         return outcome and session and strategy
 
@@ -140,7 +151,8 @@ def forest_page(request: HttpRequest, membership: Membership) -> HttpResponse:
             total=len(nodes),
             hidden=len(nodes) - len(shown),
         )
-    return render(request, "memory/forest.html", context)
+    status = 400 if filters.session_error else 200
+    return render(request, "memory/forest.html", context, status=status)
 
 
 def operator_targets(team: Team, slug: str) -> list[str]:
