@@ -1,0 +1,90 @@
+"""What a keyboard-only or screen-reader user meets, read from Chromium's accessibility tree
+(what a screen reader is given) rather than from the markup: the live parts of a session's
+page are announced politely, every form control has a name of its own and the help text and
+error written beside it as its description, and the review page's one-letter keys act only
+where a rule has focus."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from apps.accounts.models import Membership
+from apps.accounts.roles import Role
+from apps.memory.models import Rule
+from apps.memory.rules import Wording, rule_propose
+from apps.runs.models import OptimizationSession
+from apps.runs.services import session_create
+from tests.factories import MembershipFactory, TeamFactory, stored_builtin
+from tests.processes import daphne
+from tests.workbench.test_live_events import process_env
+
+from .conftest import CHROMIUM, log_in
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
+]
+
+
+@dataclass
+class Team:
+    admin: Membership
+    sessions: list[OptimizationSession]
+    rule: Rule
+
+    def path(self, rest: str) -> str:
+        return f"/t/{self.admin.team.slug}/{rest}"
+
+
+@pytest.fixture
+def team(transactional_db: None) -> Team:
+    # Made before Chromium starts: Playwright's event loop forbids the ORM in this thread.
+    stored_builtin("gemm")
+    admin = MembershipFactory(team=TeamFactory(slug="access", name="Access"), role=Role.ADMIN)
+    sessions = [session_create(team=admin.team, user=None, operators=["gemm"], start=False)
+                for _ in range(2)]  # fmt: skip
+    evidence = {"operators": ["gemm", "relu", "softmax"], "adoptions": 3, "value": 0.3}
+    rule = rule_propose(team=admin.team, source_key="case:1", evidence=evidence,
+                        wording=Wording("Unroll every loop by 8", "short loops"))  # fmt: skip
+    return Team(admin=admin, sessions=sessions, rule=rule)
+
+
+def live_region(page: Page, selector: str) -> dict[str, Any]:
+    """The live-region properties Chromium gives a screen reader for the element: those of
+    the element or of its nearest ancestor that is a live region; {} when it is in none."""
+    client = page.context.new_cdp_session(page)
+    query = f"document.querySelector({json.dumps(selector)})"
+    found = client.send("Runtime.evaluate", {"expression": query})
+    element = client.send("DOM.describeNode", {"objectId": found["result"]["objectId"]})
+    tree = client.send("Accessibility.getFullAXTree")["nodes"]
+    by_id = {node["nodeId"]: node for node in tree}
+    node = next(n for n in tree if n.get("backendDOMNodeId") == element["node"]["backendNodeId"])
+    while node is not None:
+        properties = {p["name"]: p["value"].get("value") for p in node.get("properties", [])}
+        if properties.get("live", "off") != "off":
+            return {"role": node["role"]["value"], **properties}
+        node = by_id.get(node.get("parentId", ""))
+    return {}
+
+
+def test_a_sessions_status_and_new_events_are_announced_politely(
+    team: Team, chromium: Browser
+) -> None:
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, team.admin, team.path(f"sessions/{team.sessions[0].pk}/"))
+        expect(page.locator("#live-status")).to_have_text("live")
+        for status in ("#session-status", "#live-status"):
+            region = live_region(page, status)
+            assert region.get("live") == "polite", f"{status} changes silently: {region}"
+            assert region.get("atomic") is True, f"{status} is read without its label: {region}"
+        log = live_region(page, "#event-log")
+        assert log.get("live") == "polite", f"new events arrive silently: {log}"
+        # each new event is read on its own, not the whole log again, and the log stays a list
+        assert log.get("atomic") is False and "additions" in log.get("relevant", ""), log
+        expect(page.locator("#event-log")).to_have_role("list")
