@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
-from django.utils.text import slugify
+from django.utils.text import Truncator, slugify
 
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
@@ -184,7 +184,9 @@ def _note(version: Any) -> str:
 def _suite_for(run: ImportRun, operators: list[Operator]) -> None:
     folder = Path(run.path).name
     slug = slugify(f"{run.format}-{folder}")[:64]
-    suite_set(team=run.team, slug=slug, name=f"{folder} ({run.format})", operators=operators,
+    suffix = f" ({run.format})"  # a folder's name may be 255 characters; Suite.name holds 200
+    name = Truncator(folder).chars(200 - len(suffix)) + suffix
+    suite_set(team=run.team, slug=slug, name=name, operators=operators,
               description=f"Imported from {run.path}.")  # fmt: skip
 
 
