@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("kernelbench", "npukernelbench")
 IMPORTED, UNCHANGED, SKIPPED, FAILED = "imported", "unchanged", "skipped", "failed"
+MAX_PATH_CHARS = 500  # ImportRun.path
 
 
 class ImportRequestError(DomainError):
@@ -73,6 +74,9 @@ def checked_folder(path: str, *, restrict: bool) -> Path:
             raise ImportRequestError(f"{path[:200]} is not a folder on this server")
         if not is_utf8(str(root)):  # the run keeps its path as PostgreSQL text
             raise ImportRequestError(f"{path[:200]!r} is not a usable path: it is not UTF-8")
+        if len(str(root)) > MAX_PATH_CHARS:  # a link's target, or ~, may be longer than it
+            raise ImportRequestError(f"{path[:200]} leads to a path of {len(str(root))} "
+                                     f"characters; at most {MAX_PATH_CHARS} are kept")  # fmt: skip
     except (OSError, ValueError) as error:  # a name too long, a NUL byte
         reason = getattr(error, "strerror", None) or str(error)
         raise ImportRequestError(f"{path[:200]!r} is not a usable path: {reason}") from None
