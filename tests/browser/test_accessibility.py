@@ -88,3 +88,25 @@ def test_a_sessions_status_and_new_events_are_announced_politely(
         # each new event is read on its own, not the whole log again, and the log stays a list
         assert log.get("atomic") is False and "additions" in log.get("relevant", ""), log
         expect(page.locator("#event-log")).to_have_role("list")
+
+
+def test_each_report_form_field_is_described_by_its_help_text(
+    team: Team, chromium: Browser
+) -> None:
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, team.admin, team.path("reports/"))
+        helped = {
+            "Make the report": {"session": "A suite session gives a suite report."},
+            "Compare": {"a": "For example memory off.", "b": "For example memory on."},
+            "Export the knowledge base": {},
+            "Import": {"file": "A JSON knowledge-base export from another team."},
+        }
+        for button, help_texts in helped.items():
+            form = page.locator("form").filter(has=page.get_by_role("button", name=button))
+            fields = form.locator("select, input:not([type=hidden])")
+            expect(fields).not_to_have_count(0)
+            for field in fields.all():
+                name = field.get_attribute("name")
+                where = f"{name} in the {button!r} form"
+                expect(field, where).to_have_accessible_description(help_texts.get(name, ""))
