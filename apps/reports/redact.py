@@ -41,3 +41,8 @@ def redacted(data: Any, secrets: list[str]) -> Any:
     if isinstance(data, list | tuple):
         return [redacted(v, secrets) for v in data]
     return data
+
+
+def without_secrets(text: str) -> str:
+    """The text with the secret settings' values replaced (the reason an export failed)."""
+    return redacted(text, setting_secrets())  # type: ignore[no-any-return]

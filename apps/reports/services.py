@@ -30,6 +30,7 @@ from apps.reports.knowledge import (
     parse_knowledge_file,
 )
 from apps.reports.models import Export
+from apps.reports.redact import without_secrets
 from apps.reports.render import CONTENT_TYPES, render
 from apps.runs.models import OptimizationSession
 
@@ -175,8 +176,12 @@ def export_execute(export_id: int, *, retrying: bool = False) -> str | None:
 
 
 def export_fail(export_id: int, message: str) -> str:
+    """The export failed: the reason is kept (without secrets: the page and the API show it)."""
     Export.objects.filter(pk=export_id).update(
-        status=STATUS.FAILED, error=message, progress_text="failed", finished_at=timezone.now()
+        status=STATUS.FAILED,
+        error=without_secrets(message),
+        progress_text="failed",
+        finished_at=timezone.now(),
     )
     return STATUS.FAILED
 
@@ -216,8 +221,9 @@ def knowledge_import(*, team: Team, user: AnyUser, filename: str, raw: bytes) ->
     try:
         return knowledge_import_done(team, raw, record)
     except ImportFileError as error:
-        record(status=STATUS.FAILED, error=f"{filename}: {error.message}", progress_text="failed")
-        raise ImportFileError(f"{filename}: {error.message}") from error
+        message = without_secrets(f"{filename}: {error.message}")
+        record(status=STATUS.FAILED, error=message, progress_text="failed")
+        raise ImportFileError(message) from error
     except Exception as error:  # a bug or a database error: recorded, with the reason
         record(status=STATUS.FAILED, progress_text="failed",
                error=f"{filename}: {type(error).__name__}: {str(error)[:500]}")  # fmt: skip
@@ -238,7 +244,8 @@ def knowledge_import_done(team: Team, raw: bytes, record: Callable[..., Export])
 
 
 def import_record(*, team: Team, filename: str, started_at: datetime, **fields: Any) -> Export:
-    """The row of an import that has ended, done or failed."""
+    """The row of an import that has ended, done or failed (its reason without secrets)."""
+    fields["error"] = without_secrets(fields.get("error", ""))
     return Export.objects.create(
         team=team, kind=KIND.KNOWLEDGE_IMPORT, format=FORMAT.JSON, params={"file": filename[:200]},
         started_at=started_at, finished_at=timezone.now(), **fields,

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from apps.accounts.models import Team
+from apps.accounts.roles import Role
 from apps.memory.models import Case
 from apps.reports.collect import session_report
+from apps.reports.knowledge import ImportFileError
+from apps.reports.models import Export
+from apps.reports.services import export_fail, knowledge_import
+from tests.factories import MembershipFactory
 from tests.reports.sessions import journal_session
 
 SHORT = "hunter2"  # a 7-character admin password
@@ -36,3 +43,34 @@ def test_a_secret_under_four_characters_is_left_as_it_would_mangle_ordinary_text
     Case.objects.filter(session=session, iteration=1).update(strategy="tile ab1")
 
     assert "tile ab1" in json.dumps(session_report(session))
+
+
+def test_an_export_failure_reason_is_stored_and_shown_without_the_secret(
+    team: Team, settings, client_for
+) -> None:
+    settings.ANTHROPIC_API_KEY = "sk-ant-api03-PLANTED-IN-AN-ERROR-0123456789"
+    user = MembershipFactory(team=team, role=Role.VIEWER).user
+    export = Export.objects.create(team=team, kind="knowledge", format="md", created_by=user)
+
+    export_fail(export.pk, f"RuntimeError: the API refused key {settings.ANTHROPIC_API_KEY}")
+
+    export.refresh_from_db()
+    assert export.status == "failed"
+    assert export.error == "RuntimeError: the API refused key [redacted]"
+    client = client_for(Role.VIEWER)
+    page = client.get(f"/t/{team.slug}/reports/").content.decode()
+    answer = client.get(f"/api/teams/{team.slug}/exports/{export.pk}").content.decode()
+    for shown in (page, answer):
+        assert "PLANTED" not in shown and "the API refused key [redacted]" in shown
+
+
+def test_a_failed_imports_reason_is_stored_without_the_secret(team: Team, settings) -> None:
+    settings.KOPE_ADMIN_PASSWORD = SHORT
+    reviewer = MembershipFactory(team=team, role=Role.REVIEWER).user
+
+    with pytest.raises(ImportFileError) as refused:
+        knowledge_import(team=team, user=reviewer, filename=f"{SHORT}.json", raw=b"not json")
+
+    error = Export.objects.get(team=team, kind="knowledge_import").error
+    assert SHORT not in error and error.startswith("[redacted].json: the file is not JSON")
+    assert refused.value.message == error  # the page and the API say the same
