@@ -110,3 +110,17 @@ def test_each_report_form_field_is_described_by_its_help_text(
                 name = field.get_attribute("name")
                 where = f"{name} in the {button!r} form"
                 expect(field, where).to_have_accessible_description(help_texts.get(name, ""))
+
+
+def test_a_token_name_refused_is_marked_invalid_and_described_by_its_error(
+    team: Team, chromium: Browser
+) -> None:
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, team.admin, "/accounts/tokens/")
+        name = page.get_by_role("textbox", name="Name")
+        name.fill("   ")  # passes the browser's `required`; the server strips it to nothing
+        page.get_by_role("button", name="Create token").click()
+        expect(page.locator(".error")).to_have_text("This field is required.")
+        expect(name).to_have_attribute("aria-invalid", "true")
+        expect(name).to_have_accessible_description("This field is required.")
