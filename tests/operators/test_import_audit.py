@@ -14,7 +14,7 @@ from django.test import Client
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.operators.importing import import_execute, import_start
-from apps.operators.models import ImportRun, Suite
+from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
 from tests.operators.conftest import SAMPLES
 
 pytestmark = pytest.mark.usefixtures("short_reference_limits")
@@ -63,3 +63,51 @@ def test_a_folder_whose_real_path_is_too_long_to_record_is_refused_with_the_reas
     assert page.status_code == 400 and reason in page.content.decode()
     assert api.status_code == 400 and api.json()["error"]["message"] == reason
     assert not ImportRun.objects.exists()
+
+
+def test_a_problem_with_a_long_name_is_imported_under_a_name_cut_to_fit(
+    team: Team, tmp_path: Path
+) -> None:
+    (tmp_path / "level1").mkdir()
+    shutil.copy(RELU, tmp_path / "level1" / f"1_{'Relu_' * 48}Twice.py")  # 250 characters
+
+    run = run_import(tmp_path, team)
+
+    [line] = run.report
+    assert line["outcome"] == "imported", line["reason"]
+    version = OperatorVersion.objects.get(operator__slug=line["operator"])
+    assert len(version.name) == 200 and version.name.startswith("Relu Relu")
+    assert version.name.endswith("…")
+
+
+def test_a_case_id_longer_than_is_stored_fails_its_operator_naming_line_and_column(
+    team: Team, tmp_path: Path
+) -> None:
+    operator = tmp_path / "level1" / "activation" / "Relu"
+    shutil.copytree(SAMPLES / "npukernelbench" / "level1" / "activation" / "Relu", operator)
+    csv = operator / "validation" / "test_cases.csv"
+    csv.write_text(csv.read_text().replace("\n2;", f"\n{'c' * 101};"))
+
+    run = run_import(tmp_path, team)
+
+    assert [(line["outcome"], line["reason"]) for line in run.report] == [
+        ("failed", "level1/activation/Relu/validation/test_cases.csv line 3, column case_id: "
+                   "101 characters, over the limit of 100"),
+    ]  # fmt: skip
+    assert not Operator.objects.filter(team=team).exists()
+
+
+def test_a_problem_whose_path_is_longer_than_is_stored_fails_naming_it(
+    team: Team, tmp_path: Path
+) -> None:
+    deep = tmp_path.joinpath("level1", *["d" * 100] * 5)
+    deep.mkdir(parents=True)
+    shutil.copy(RELU, deep)
+    label = str((deep / "1_ReLU.py").relative_to(tmp_path))
+
+    run = run_import(tmp_path, team)
+
+    assert [(line["outcome"], line["reason"]) for line in run.report] == [
+        ("failed", f"{label}: the path is {len(label)} characters, over the limit of 500"),
+    ]
+    assert not Operator.objects.filter(team=team).exists()

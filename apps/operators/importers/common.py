@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.text import Truncator
 
 from apps.operators.definitions import OperatorDefinition
+
+MAX_NAME_CHARS, MAX_PATH_CHARS = 200, 500  # OperatorVersion.name, OperatorVersion.origin_path
 
 
 class ProblemError(ValueError):
@@ -34,10 +37,21 @@ def label_of(path: Path, *, root: Path) -> str:
 
 
 def require_utf8_name(path: Path, *, root: Path) -> None:
-    """PostgreSQL stores only UTF-8 text, and the name goes into the report and the operator."""
+    """PostgreSQL stores only UTF-8 text, and the name goes into the report and the operator
+    (whose origin_path holds MAX_PATH_CHARS)."""
     label = label_of(path, root=root)
     if label != str(path.relative_to(root)):
         raise ProblemError(f"{label}: the name is not UTF-8")
+    if len(label) > MAX_PATH_CHARS:
+        raise ProblemError(
+            f"{label}: the path is {len(label)} characters, over the limit of {MAX_PATH_CHARS}"
+        )
+
+
+def fitted_name(name: str) -> str:
+    """A problem's name as an operator version holds it: a file or folder name may be 255
+    characters, OperatorVersion.name 200."""
+    return Truncator(name).chars(MAX_NAME_CHARS)
 
 
 def read_text(path: Path, *, root: Path) -> str:

@@ -16,6 +16,7 @@ from apps.operators.importers.common import (
     FoundProblem,
     ProblemError,
     family_from_names,
+    fitted_name,
     label_of,
     leading_number,
     level_from_path,
@@ -114,7 +115,7 @@ def problem_definition(
     params = {k: scaled_size(v, scale) for k, v in checked_sizes(tree, label).items()}
     spec = OperatorSpec(
         slug=slug_from_name(f"kb_l{level}", name),
-        name=readable or name,
+        name=fitted_name(readable or name),
         family=family_from_names(name),
         level=level,
         description=description_of(tree, name),

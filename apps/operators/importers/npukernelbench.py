@@ -24,6 +24,7 @@ from apps.operators.importers.common import (
     FoundProblem,
     ProblemError,
     family_from_names,
+    fitted_name,
     label_of,
     level_from_path,
     read_text,
@@ -33,6 +34,7 @@ from apps.operators.importers.common import (
 from apps.operators.spec import DTYPES, CaseSpec, OperatorSpec
 
 DTYPE_COLUMNS = ("dtype", "data_type", "input_dtype")
+MAX_CASE_ID_CHARS = 100  # OperatorCase.case_id
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
                  "float": "float32", "fp64": "float64", "double": "float64"}  # fmt: skip
 
@@ -68,7 +70,7 @@ def problem_definition(folder: Path, *, root: Path, level: int) -> OperatorDefin
     category = folder.parent.name if folder.parent != root else ""
     spec = OperatorSpec(
         slug=slug_from_name(f"npu_l{level}", folder.name),
-        name=folder.name,
+        name=fitted_name(folder.name),
         family=family_from_names(folder.name, category),
         level=level,
         description=description,
@@ -145,6 +147,9 @@ def case_from_row(header: list[str], row: list[str], *, where: str) -> CaseSpec:
     case_id = str(values.pop("case_id"))
     if not case_id:
         raise ProblemError(f"{where}: empty case_id")
+    if len(case_id) > MAX_CASE_ID_CHARS:
+        raise ProblemError(f"{where}, column case_id: {len(case_id)} characters, over the "
+                           f"limit of {MAX_CASE_ID_CHARS}")  # fmt: skip
     return CaseSpec(case_id=case_id, params=values, dtype=case_dtype(values, where=where))
 
 
