@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import logging
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import memberships_for_user
 from apps.devices.workers import known_queues, worker_check_start, workers_online
+
+logger = logging.getLogger(__name__)
 
 # The sections a team has; each page says what it will hold and what to do to fill it.
 SECTIONS: dict[str, str] = {}
@@ -33,20 +38,36 @@ def section(request: HttpRequest, membership: Membership, section: str) -> HttpR
 
 @team_view()
 def workers(request: HttpRequest, membership: Membership) -> HttpResponse:
-    context = {
-        "section": "workers",
-        "workers": workers_online(),
-        "queues": known_queues(),
-        "can_check": membership.allows(Permission.RUN),
-    }
-    return render(request, "workbench/workers.html", context)
+    try:
+        online = workers_online()
+    except BrokerUnreachable:
+        return broker_down(request)
+    context = {"workers": online, "can_check": membership.allows(Permission.RUN)}
+    return render(request, "workbench/workers.html", workers_context() | context)
 
 
 @require_POST
 @team_view(Permission.RUN)
 def workers_check(request: HttpRequest, membership: Membership) -> HttpResponse:
-    check_id = worker_check_start(team=membership.team)
+    try:
+        check_id = worker_check_start(team=membership.team)
+    except BrokerUnreachable:
+        return broker_down(request)
     context = {"check_id": check_id, "queues": known_queues()}
     if request.htmx:  # type: ignore[attr-defined]
         return render(request, "workbench/workers.html#check-started", context)
     return redirect("workers", team=membership.team.slug)
+
+
+def workers_context() -> dict[str, object]:
+    return {"section": "workers", "queues": known_queues()}
+
+
+def broker_down(request: HttpRequest) -> HttpResponse:
+    """Redis away: the page says so (503) rather than a 500. htmx swaps in only a 2xx answer,
+    so the check's status line gets the same words with a 200."""
+    logger.warning("the Workers page could not reach the broker", exc_info=True)
+    context = workers_context() | {"broker_down": True}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "workbench/workers.html#broker-down", context)
+    return render(request, "workbench/workers.html", context, status=503)

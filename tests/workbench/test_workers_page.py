@@ -1,0 +1,76 @@
+"""The Workers page when the broker is away: it says so instead of answering 500.
+
+The server is a real Daphne process whose REDIS_URL names a port nothing listens on, as a
+web host sees Redis while it is down.
+"""
+
+from __future__ import annotations
+
+import secrets
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import Membership
+from apps.accounts.roles import Role
+from tests.factories import MembershipFactory, TeamFactory
+from tests.processes import daphne, free_port
+from tests.workbench.test_live_events import process_env
+
+BROKER_DOWN = "The broker is not answering"
+
+
+@pytest.fixture
+def engineer(transactional_db: None) -> Membership:
+    return MembershipFactory(team=TeamFactory(slug="live"), role=Role.ENGINEER)
+
+
+@pytest.fixture
+def redis_down_server() -> Iterator[str]:
+    env = process_env("many-hosts") | {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    with daphne(env) as url:
+        yield url
+
+
+def ask(url: str, membership: Membership, *, method: str = "GET",
+        htmx: bool = False) -> tuple[int, str]:  # fmt: skip
+    """The status and body a logged-in browser gets (a POST with its CSRF cookie and token)."""
+    browser = Client()
+    browser.force_login(membership.user)
+    csrf = secrets.token_hex(16)  # 32 characters: a secret Django takes as cookie and token
+    headers = {"Cookie": f"sessionid={browser.cookies['sessionid'].value}; csrftoken={csrf}",
+               "X-CSRFToken": csrf}  # fmt: skip
+    if htmx:
+        headers["HX-Request"] = "true"
+    request = urllib.request.Request(url, method=method, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (loopback)
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_the_page_says_the_broker_is_down_instead_of_a_500(
+    engineer: Membership, redis_down_server: str
+) -> None:
+    status, page = ask(f"{redis_down_server}/t/live/workers/", engineer)
+
+    assert status == 503, page[:500]
+    assert BROKER_DOWN in page and "<h1>Workers</h1>" in page
+    assert "No worker answered" not in page  # nobody could be asked
+    assert "Check workers" not in page  # a check could not be sent either
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["form", "htmx"])
+def test_a_check_the_broker_refuses_says_so_instead_of_a_500(
+    engineer: Membership, redis_down_server: str, htmx: bool
+) -> None:
+    status, answer = ask(f"{redis_down_server}/t/live/workers/check/", engineer, method="POST",
+                         htmx=htmx)  # fmt: skip
+
+    # htmx swaps in only a 2xx answer: the refusal it shows in the check's status line
+    assert status == (200 if htmx else 503), answer[:500]
+    assert BROKER_DOWN in answer and "sent to" not in answer
