@@ -9,7 +9,8 @@
   the API; each reviewer decides only its own share of the rules.
 
 The driver passes the seeded team in the JSON file LOAD_PLAN and the user counts in
-LOAD_WATCHERS, LOAD_BROWSERS and LOAD_REVIEWERS; every sample goes to LOAD_SAMPLES at exit.
+LOAD_WATCHERS, LOAD_BROWSERS and LOAD_REVIEWERS; every sample goes to LOAD_SAMPLES at exit,
+with each task that raised counted as a failure (kind TASK).
 """
 
 # ruff: noqa: S311 (a load generator picks pages at random; nothing secret)
@@ -57,6 +58,14 @@ def keep_sample(
     entry["failures"] += 1
     message = f"{request_type} {name}: {exception}"[:300]
     ERRORS[message] = ERRORS.get(message, 0) + 1
+
+
+@events.user_error.add_listener
+def keep_task_error(user_instance: Any, exception: Exception, **kwargs: Any) -> None:
+    """A task that raised (an answer it could not read, say) is an error of the run too."""
+    user = getattr(user_instance, "user", user_instance)  # locust passes the task set
+    error = RuntimeError(f"{type(exception).__name__}: {exception}")
+    fire("TASK", f"{type(user).__name__} task", 0, error)
 
 
 @events.quitting.add_listener
