@@ -66,8 +66,10 @@ RAMP_S = 10  # every profile starts all its users over this many seconds
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", default="base,double")
-    parser.add_argument("--seconds", type=int, default=75, help="length of each profile")
-    parser.add_argument("--rounds", type=int, default=12, help="rounds per operator per session")
+    parser.add_argument("--seconds", type=at_least_one, default=75, help="length of each profile")
+    parser.add_argument(
+        "--rounds", type=at_least_one, default=12, help="rounds per operator per session"
+    )
     parser.add_argument("--report", type=Path, help="also write the summaries here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data folder and logs")
     args = parser.parse_args(argv)
@@ -85,6 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         args.report.write_text(json.dumps([asdict(s) for s in summaries], indent=1))
     return 0
+
+
+def at_least_one(text: str) -> int:
+    """A length or count: locust reads `-t 0s` as no time limit at all."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
+    return value
 
 
 def remove_data_dir(data_dir: Path) -> None:

@@ -74,3 +74,32 @@ def test_a_task_that_raises_is_counted_as_an_error(tmp_path: Path, html_server: 
     assert summary.errors >= 1
     assert summary.aims["zero errors"] is False
     assert any("TASK Reviewer task: JSONDecodeError" in m for m in summary.error_samples)
+
+
+def refusal(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m loadtest.run ARGS`, with a setting that breaks anything past the argument
+    check (Django's setup, the database): a refused argument exits 2 before it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOPE_", "DJANGO_"))}
+    env["KOPE_EVAL_THREADS"] = "not-a-number"
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest.run", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # locust reads -t 0s as no time limit at all
+        (["--seconds", "0"], "argument --seconds: must be a whole number of 1 or more, got '0'"),
+        (["--seconds", "-5"], "argument --seconds: must be a whole number of 1 or more, got '-5'"),
+        (["--rounds", "0"], "argument --rounds: must be a whole number of 1 or more, got '0'"),
+    ],
+)
+def test_a_length_below_one_is_refused_before_anything_starts(
+    args: list[str], message: str
+) -> None:
+    result = refusal(*args)
+
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-2000:]
+    assert message in result.stderr
