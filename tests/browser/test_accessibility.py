@@ -124,3 +124,33 @@ def test_a_token_name_refused_is_marked_invalid_and_described_by_its_error(
         expect(page.locator(".error")).to_have_text("This field is required.")
         expect(name).to_have_attribute("aria-invalid", "true")
         expect(name).to_have_accessible_description("This field is required.")
+
+
+# Records the form a submit would send, and keeps the page where it is.
+SUBMIT_SPY = """() => document.addEventListener("submit", (event) => {
+  window.submitted = event.target.action;
+  event.preventDefault();
+}, true)"""
+
+
+def test_the_review_pages_one_letter_keys_act_only_where_a_rule_has_focus(
+    team: Team, chromium: Browser
+) -> None:
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, team.admin, team.path("review/"))
+        card = page.locator(f'.rule-card[data-rule="{team.rule.pk}"]')
+        expect(card).to_be_focused()
+        page.evaluate(SUBMIT_SPY)
+
+        # WCAG 2.1.4: a key typed anywhere else (a stray key, a speech command heard as
+        # letters) must not approve the rule or move focus into the queue
+        page.get_by_role("navigation", name="Filter by status").get_by_role("link").first.focus()
+        for key in ("a", "j", "v"):
+            page.keyboard.press(key)
+            assert page.evaluate("window.submitted") is None, f"{key!r} outside the queue"
+            expect(card).not_to_be_focused()
+
+        card.focus()
+        page.keyboard.press("a")
+        assert page.evaluate("window.submitted").endswith(f"/review/{team.rule.pk}/approve/")
