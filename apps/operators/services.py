@@ -304,11 +304,12 @@ def definition_of(version: OperatorVersion) -> OperatorDefinition:
 MAX_STARTING_KERNEL_CHARS = 200_000  # as a session's uploaded starting kernel
 
 
-def _check_edit_texts(texts: dict[str, str | None]) -> None:
-    """Starting kernels (keyed by target), name and description as PostgreSQL stores them."""
-    for key, text in texts.items():
-        if key not in ("name", "description") and key not in TARGET_DTYPES:
-            raise DomainError(f"no target {key[:40]!r} (targets: {', '.join(TARGET_DTYPES)})")
+def _check_edit_texts(texts: dict[str, str | None], kernels: dict[str, str]) -> None:
+    """Name, description and starting kernels (keyed by target) as PostgreSQL stores them."""
+    for target in kernels:
+        if target not in TARGET_DTYPES:
+            raise DomainError(f"no target {target[:40]!r} (targets: {', '.join(TARGET_DTYPES)})")
+    for key, text in {**texts, **kernels}.items():
         if text is None:
             continue
         if "\x00" in text or not text.encode(errors="ignore").decode() == text:
@@ -336,7 +337,7 @@ def version_edit(
     Returns the version unchanged (and False) when the edit changes nothing.
     """
     require_newest(version, based_on)
-    _check_edit_texts({"name": name, "description": description, **(starting_kernels or {})})
+    _check_edit_texts({"name": name, "description": description}, starting_kernels or {})
     if name is not None and not name.strip():
         raise DomainError("the name cannot be empty")
     definition = definition_of(version)

@@ -1,0 +1,40 @@
+"""Uploading starting kernels with an operator edit over the API: each goes to the target it
+names, and only a target's own kernel changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import Team
+from apps.accounts.roles import Role
+from apps.operators.models import OperatorVersion, StartingKernel
+from tests.factories import stored_builtin
+
+URL = "/api/teams/kernels/operators/relu"
+
+
+@pytest.fixture
+def engineer(team: Team, client_for: Callable[[Role | str], Client]) -> Client:
+    stored_builtin("relu", team)  # the team's own, with cpu-c and triton starting kernels
+    return client_for(Role.ENGINEER)
+
+
+def patch(client: Client, body: dict[str, Any]) -> Any:
+    return client.patch(URL, body, content_type="application/json")
+
+
+@pytest.mark.parametrize("target", ["name", "description"])
+def test_a_starting_kernel_for_a_target_named_like_a_field_is_refused(
+    engineer: Client, target: str
+) -> None:
+    response = patch(engineer, {"starting_kernels": {target: "int x;"}})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        f"no target {target!r} (targets: cpu-c, triton, cuda)"
+    )
+    assert OperatorVersion.objects.count() == 1 and StartingKernel.objects.count() == 2
