@@ -11,6 +11,7 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import memberships_for_user
+from apps.devices.targets import TARGETS
 from apps.devices.workers import known_queues, worker_check_start, workers_online
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,14 @@ def workers_check(request: HttpRequest, membership: Membership) -> HttpResponse:
 
 
 def workers_context() -> dict[str, object]:
-    return {"section": "workers", "queues": known_queues()}
+    return {"section": "workers", "queue_targets": queue_targets()}
+
+
+def queue_targets() -> dict[str, list[str]]:
+    """Each queue this deployment uses, with the targets whose evaluations it carries (the
+    queue is not named after the target: triton's and cuda's are both device.cuda)."""
+    return {queue: [target.name for target in TARGETS.values() if target.queue == queue]
+            for queue in known_queues()}  # fmt: skip
 
 
 def broker_down(request: HttpRequest) -> HttpResponse:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import secrets
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
@@ -74,3 +74,15 @@ def test_a_check_the_broker_refuses_says_so_instead_of_a_500(
     # htmx swaps in only a 2xx answer: the refusal it shows in the check's status line
     assert status == (200 if htmx else 503), answer[:500]
     assert BROKER_DOWN in answer and "sent to" not in answer
+
+
+@override_settings(DEVICE_TARGETS=["cpu", "cuda"])
+def test_each_queue_is_listed_with_the_targets_it_serves(
+    client_for: Callable[[Role], Client],
+) -> None:
+    page = client_for(Role.VIEWER).get("/t/kernels/workers/").content.decode()
+
+    assert "<code>device.cpu</code> (cpu-c)" in page
+    assert "<code>device.cuda</code> (triton, cuda)" in page
+    # the queue is not named after the target: cpu-c's is device.cpu, not device.cpu-c
+    assert "device.&lt;target&gt;" not in page
