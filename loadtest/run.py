@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=at_least_one, default=12, help="rounds per operator per session"
     )
-    parser.add_argument("--report", type=Path, help="also write the summaries here as JSON")
+    parser.add_argument("--report", type=report_file, help="also write the summaries here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data folder and logs")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.profiles.split(",") if n.strip()]
@@ -98,6 +98,16 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
     return value
+
+
+def report_file(text: str) -> Path:
+    """Checked before the run, not when the run is over and its figures are to be written."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder, not a file")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{path.parent} is not a folder")
+    return path
 
 
 def remove_data_dir(data_dir: Path) -> None:

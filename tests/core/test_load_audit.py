@@ -103,3 +103,15 @@ def test_a_length_below_one_is_refused_before_anything_starts(
 
     assert (result.returncode, result.stdout) == (2, ""), result.stderr[-2000:]
     assert message in result.stderr
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """Not after six minutes of load, when writing it fails with a traceback."""
+    missing = tmp_path / "no-such-folder" / "report.json"
+
+    into_missing = refusal("--report", str(missing))
+    onto_folder = refusal("--report", str(tmp_path))
+
+    assert (into_missing.returncode, onto_folder.returncode) == (2, 2), into_missing.stderr
+    assert f"argument --report: {missing.parent} is not a folder" in into_missing.stderr
+    assert f"argument --report: {tmp_path} is a folder, not a file" in onto_folder.stderr
