@@ -147,7 +147,7 @@ def run(data_dir: Path, names: list[str], seconds: int, rounds: int) -> list[Any
     from django.core.management import call_command
     from django.db import connection
 
-    from apps.core.management.commands.runstack import stop_all, wait_until_answering
+    from apps.core.management.commands.runstack import stop_all
     from loadtest import seed
 
     say(f"Starting the database and seeding a team in {data_dir}…")
@@ -164,7 +164,7 @@ def run(data_dir: Path, names: list[str], seconds: int, rounds: int) -> list[Any
     url = f"http://127.0.0.1:{free_port()}"
     children = start_stack(data_dir, url)
     try:
-        wait_until_answering(f"{url}/accounts/login/", list(children.values()))
+        wait_for_stack(url, children, data_dir)
         warm_up(url, plan, minimum_cases=0 if names == ["tiny"] else SESSIONS * 2)
         stack = {name: child.pid for name, child in children.items()}
         return [run_profile(data_dir, n, PROFILES[n], seconds, url, stack) for n in names]
@@ -182,6 +182,30 @@ def start_stack(data_dir: Path, url: str) -> dict[str, subprocess.Popen[bytes]]:
         "agent worker": spawn(data_dir, "agent", worker_args("agent", 2)),
         "device worker": spawn(data_dir, "device", worker_args("device.cpu", 1)),
     }
+
+
+def wait_for_stack(url: str, children: dict[str, subprocess.Popen[bytes]], data_dir: Path) -> None:
+    """Until the web server answers; else what stopped and the ends of the logs, which are in
+    data_dir, removed as the run exits."""
+    from django.core.management.base import CommandError
+
+    from apps.core.management.commands.runstack import wait_until_answering
+
+    try:
+        wait_until_answering(f"{url}/accounts/login/", list(children.values()))
+    except CommandError:
+        stopped = [
+            f"the {name} stopped (exit code {child.returncode})"
+            for name, child in children.items()
+            if child.poll() is not None
+        ]
+        logs = [f"--- {log.name} ends:\n{log_tail(log)}" for log in sorted(data_dir.glob("*.log"))]
+        reason = "; ".join(stopped) or f"{url} did not answer"
+        raise SystemExit("\n".join([f"The stack did not start: {reason}.", *logs])) from None
+
+
+def log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
 
 
 def say(message: str) -> None:
@@ -271,8 +295,8 @@ def run_profile(
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only locust ended meanwhile
     locust_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if not samples.exists():
-        log_tail = (data_dir / f"locust-{name}.log").read_text(errors="replace")[-3000:]
-        raise SystemExit(f"locust wrote no samples; its output ends:\n{log_tail}")
+        ends = log_tail(data_dir / f"locust-{name}.log")
+        raise SystemExit(f"locust wrote no samples; its output ends:\n{ends}")
     summary = summarize(name, profile.users, seconds, json.loads(samples.read_text()))
     say(render(summary))
     say(usage.report(locust_cpu))

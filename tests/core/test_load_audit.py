@@ -115,3 +115,20 @@ def test_a_report_that_cannot_be_written_is_refused_before_the_run(tmp_path: Pat
     assert (into_missing.returncode, onto_folder.returncode) == (2, 2), into_missing.stderr
     assert f"argument --report: {missing.parent} is not a folder" in into_missing.stderr
     assert f"argument --report: {tmp_path} is a folder, not a file" in onto_folder.stderr
+
+
+def test_a_stack_process_that_stops_early_is_named_with_its_log(tmp_path: Path) -> None:
+    """The logs are in the data folder, which the run removes as it exits: the failure must
+    show them, not point at an output above that was never printed."""
+    from loadtest.run import free_port, spawn, wait_for_stack
+
+    web = spawn(tmp_path, "web", ["-c", "import sys; sys.exit('Error: port 8000 is in use')"])
+    web.wait(timeout=30)
+
+    with pytest.raises(SystemExit) as stopped:
+        wait_for_stack(f"http://127.0.0.1:{free_port()}", {"web": web}, tmp_path)
+
+    message = str(stopped.value)
+    assert "the web stopped (exit code 1)" in message
+    assert "Error: port 8000 is in use" in message
+    assert "see its output above" not in message
