@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -43,7 +44,11 @@ def workers(request: HttpRequest, membership: Membership) -> HttpResponse:
         online = workers_online()
     except BrokerUnreachable:
         return broker_down(request)
-    context = {"workers": online, "can_check": membership.allows(Permission.RUN)}
+    context = {
+        "workers": online,
+        "ping_ms": round(settings.WORKER_PING_TIMEOUT_S * 1000),  # KOPE_WORKER_PING_TIMEOUT_MS
+        "can_check": membership.allows(Permission.RUN),
+    }
     return render(request, "workbench/workers.html", workers_context() | context)
 
 

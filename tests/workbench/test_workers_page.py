@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from tests.factories import MembershipFactory, TeamFactory
-from tests.processes import daphne, free_port
+from tests.processes import celery_worker, daphne, free_port
 from tests.workbench.test_live_events import process_env
 
 BROKER_DOWN = "The broker is not answering"
@@ -86,3 +86,17 @@ def test_each_queue_is_listed_with_the_targets_it_serves(
     assert "<code>device.cuda</code> (triton, cuda)" in page
     # the queue is not named after the target: cpu-c's is device.cpu, not device.cpu-c
     assert "device.&lt;target&gt;" not in page
+
+
+@override_settings(WORKER_PING_TIMEOUT_S=0.5)
+def test_the_workers_table_says_how_long_they_had_to_answer(transactional_db: None) -> None:
+    """KOPE_WORKER_PING_TIMEOUT_MS sets the wait; the caption said "within a second" whatever
+    it was."""
+    membership = MembershipFactory(team=TeamFactory(slug="live"), role=Role.VIEWER)
+    browser = Client()
+    browser.force_login(membership.user)
+    with celery_worker(process_env("single-machine"), "agent", "caption@test"):
+        page = browser.get("/t/live/workers/").content.decode()
+
+    assert "<td>caption@test</td>" in page
+    assert "answered a broadcast ping within 500 ms" in page
