@@ -7,6 +7,8 @@ where a rule has focus."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,15 @@ def team(transactional_db: None) -> Team:
     return Team(admin=admin, sessions=sessions, rule=rule)
 
 
+@contextmanager
+def admin_page(chromium: Browser, team: Team, path: str) -> Iterator[Page]:
+    """`path` as the team's admin sees it, served by a Daphne of its own."""
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, team.admin, path)
+        yield page
+
+
 def live_region(page: Page, selector: str) -> dict[str, Any]:
     """The live-region properties Chromium gives a screen reader for the element: those of
     the element or of its nearest ancestor that is a live region; {} when it is in none."""
@@ -75,9 +86,7 @@ def live_region(page: Page, selector: str) -> dict[str, Any]:
 def test_a_sessions_status_and_new_events_are_announced_politely(
     team: Team, chromium: Browser
 ) -> None:
-    with daphne(process_env("single-machine")) as url:
-        page = chromium.new_page()
-        log_in(page, url, team.admin, team.path(f"sessions/{team.sessions[0].pk}/"))
+    with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
         expect(page.locator("#live-status")).to_have_text("live")
         for status in ("#session-status", "#live-status"):
             region = live_region(page, status)
@@ -93,9 +102,7 @@ def test_a_sessions_status_and_new_events_are_announced_politely(
 def test_each_report_form_field_is_described_by_its_help_text(
     team: Team, chromium: Browser
 ) -> None:
-    with daphne(process_env("single-machine")) as url:
-        page = chromium.new_page()
-        log_in(page, url, team.admin, team.path("reports/"))
+    with admin_page(chromium, team, team.path("reports/")) as page:
         helped = {
             "Make the report": {"session": "A suite session gives a suite report."},
             "Compare": {"a": "For example memory off.", "b": "For example memory on."},
@@ -115,9 +122,7 @@ def test_each_report_form_field_is_described_by_its_help_text(
 def test_a_token_name_refused_is_marked_invalid_and_described_by_its_error(
     team: Team, chromium: Browser
 ) -> None:
-    with daphne(process_env("single-machine")) as url:
-        page = chromium.new_page()
-        log_in(page, url, team.admin, "/accounts/tokens/")
+    with admin_page(chromium, team, "/accounts/tokens/") as page:
         name = page.get_by_role("textbox", name="Name")
         name.fill("   ")  # passes the browser's `required`; the server strips it to nothing
         page.get_by_role("button", name="Create token").click()
@@ -136,9 +141,7 @@ SUBMIT_SPY = """() => document.addEventListener("submit", (event) => {
 def test_the_review_pages_one_letter_keys_act_only_where_a_rule_has_focus(
     team: Team, chromium: Browser
 ) -> None:
-    with daphne(process_env("single-machine")) as url:
-        page = chromium.new_page()
-        log_in(page, url, team.admin, team.path("review/"))
+    with admin_page(chromium, team, team.path("review/")) as page:
         card = page.locator(f'.rule-card[data-rule="{team.rule.pk}"]')
         expect(card).to_be_focused()
         page.evaluate(SUBMIT_SPY)
