@@ -68,7 +68,10 @@ class OperatorEditIn(Schema):
     description: str | None = Field(None, max_length=20_000)
     max_abs: RealNumber | None = Field(None, gt=0)
     max_rel: RealNumber | None = Field(None, gt=0)
-    starting_kernels: dict[str, str] | None = None
+    starting_kernels: dict[str, str | None] | None = Field(
+        None, description="target -> source: the targets named get this starting kernel (null "
+        "removes theirs); the others keep theirs",
+    )  # fmt: skip
     based_on: WholeNumber | None = Field(
         None, ge=1, description="the version number the edit was made from: when another "
         "version was saved since, 409 and nothing is saved",

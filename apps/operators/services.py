@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -304,7 +304,7 @@ def definition_of(version: OperatorVersion) -> OperatorDefinition:
 MAX_STARTING_KERNEL_CHARS = 200_000  # as a session's uploaded starting kernel
 
 
-def _check_edit_texts(texts: dict[str, str | None], kernels: dict[str, str]) -> None:
+def _check_edit_texts(texts: dict[str, str | None], kernels: Mapping[str, str | None]) -> None:
     """Name, description and starting kernels (keyed by target) as PostgreSQL stores them."""
     for target in kernels:
         if target not in TARGET_DTYPES:
@@ -327,10 +327,13 @@ def version_edit(
     description: str | None = None,
     max_abs: float | None = None,
     max_rel: float | None = None,
-    starting_kernels: dict[str, str] | None = None,
+    starting_kernels: Mapping[str, str | None] | None = None,
     based_on: int | None = None,
 ) -> tuple[OperatorVersion, bool]:
     """A new version with the changes; the cases and their recorded outcomes carry over.
+
+    `starting_kernels` changes the targets it names (None removes one's kernel); the other
+    targets keep theirs.
 
     `based_on` is the version number the editor saw: when another version was saved since,
     the edit is refused (Conflict) rather than silently undoing that version's changes.
@@ -352,7 +355,8 @@ def version_edit(
         validate(spec, where=str(version))
     except SpecError as error:
         raise DomainError(str(error)) from None
-    kernels = definition.starting_kernels if starting_kernels is None else starting_kernels
+    merged = {**definition.starting_kernels, **(starting_kernels or {})}
+    kernels = {target: source for target, source in merged.items() if source is not None}
     edited = replace(
         definition, spec=spec, origin=OperatorVersion.Origin.EDITED, starting_kernels=kernels
     )

@@ -38,3 +38,23 @@ def test_a_starting_kernel_for_a_target_named_like_a_field_is_refused(
         f"no target {target!r} (targets: cpu-c, triton, cuda)"
     )
     assert OperatorVersion.objects.count() == 1 and StartingKernel.objects.count() == 2
+
+
+def test_uploading_one_targets_starting_kernel_keeps_the_other_targets(engineer: Client) -> None:
+    before = patch(engineer, {}).json()["starting_kernels"]
+
+    uploaded = patch(engineer, {"starting_kernels": {"cpu-c": "int kope_kernel(void);\n"}})
+
+    assert uploaded.status_code == 201
+    assert uploaded.json()["starting_kernels"] == {
+        "cpu-c": "int kope_kernel(void);\n", "triton": before["triton"]}  # fmt: skip
+
+
+def test_a_null_starting_kernel_removes_that_targets_only(engineer: Client) -> None:
+    before = patch(engineer, {}).json()["starting_kernels"]
+
+    removed = patch(engineer, {"starting_kernels": {"triton": None}})
+
+    assert removed.status_code == 201
+    assert removed.json()["starting_kernels"] == {"cpu-c": before["cpu-c"]}
+    assert patch(engineer, {"starting_kernels": {"triton": None}}).status_code == 200  # no change
