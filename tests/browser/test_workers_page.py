@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
@@ -48,6 +48,32 @@ def test_checking_workers_shows_each_queues_answer_live(
         expect(answers.filter(has_text="agent")).to_contain_text("browser-check@test")
         page.screenshot(path=str(_screenshot_path()))
         assert violations == []
+
+
+def test_a_second_check_shows_only_its_own_answers(engineer: Membership, chromium: Browser) -> None:
+    """The answers of every check piled up in one list, none saying which check it answered:
+    with the device worker gone since, an earlier check's device.cpu answer read as if it had
+    answered the latest one."""
+    env = process_env("single-machine")
+    with daphne(env) as url, celery_worker(env, "agent,device.cpu", "twice@test"):
+        page = chromium.new_page()
+        log_in(page, url, engineer, "/t/live/workers/")
+        first = check_and_wait_for_answers(page)
+        second = check_and_wait_for_answers(page, previous=first)
+        expect(page.locator("#answers li")).to_have_count(2)
+        expect(page.locator(f'#answers li[data-check="{second}"]')).to_have_count(2)
+
+
+def check_and_wait_for_answers(page: Page, previous: str = "") -> str:
+    """Press "Check workers" and wait for both queues' answers to it; the check's id."""
+    page.get_by_role("button", name="Check workers").click()
+    expect(page.locator("#check-status")).to_contain_text(re.compile(r"Check \w+ sent to"))
+    check = page.locator("#check-status code").first
+    if previous:
+        expect(check).not_to_have_text(previous)
+    check_id = check.inner_text()
+    expect(page.locator(f'#answers li[data-check="{check_id}"]')).to_have_count(2, timeout=30_000)
+    return check_id
 
 
 def _screenshot_path():  # type: ignore[no-untyped-def]
