@@ -19,6 +19,8 @@ from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.memory.models import Rule
 from apps.memory.rules import Wording, rule_propose
+from apps.reports.models import Export
+from apps.reports.views import LISTED
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
@@ -157,3 +159,29 @@ def test_the_review_pages_one_letter_keys_act_only_where_a_rule_has_focus(
         card.focus()
         page.keyboard.press("a")
         assert page.evaluate("window.submitted").endswith(f"/review/{team.rule.pk}/approve/")
+
+
+@pytest.fixture
+def exporting(team: Team) -> Team:
+    """A finished export, to download, and one still being made: the list refreshes itself;
+    older ones fill a second page."""
+    export = {"team": team.admin.team, "kind": Export.Kind.KNOWLEDGE, "format": "md"}
+    Export.objects.bulk_create(Export(**export, status=Export.Status.FAILED)
+                               for _ in range(LISTED))  # fmt: skip
+    Export.objects.create(**export, status=Export.Status.DONE, filename="knowledge.md",
+                          content=b"# Rules", size=7)  # fmt: skip
+    Export.objects.create(**export, status=Export.Status.RUNNING, progress=10)
+    return team
+
+
+def test_a_link_focused_in_the_exports_list_keeps_focus_as_the_list_refreshes(
+    exporting: Team, chromium: Browser
+) -> None:
+    with admin_page(chromium, exporting, exporting.path("reports/")) as page:
+        for link in (page.get_by_role("link", name="knowledge.md"),
+                     page.get_by_role("link", name="older")):  # fmt: skip
+            link.focus()
+            page.evaluate("() => { window.shown = document.getElementById('exports'); }")
+            page.wait_for_function("() => document.getElementById('exports') !== window.shown")
+            # a keyboard user reading the list is not thrown back to the top of the page
+            expect(link).to_be_focused()
