@@ -47,7 +47,9 @@ def operator_get(team: Team | None, slug: str) -> Operator:
 def version_get(operator: Operator, number: int | None = None) -> OperatorVersion:
     versions = operator.versions.all()
     version = (
-        versions.filter(number=number).first() if number else versions.order_by("-number").first()
+        versions.order_by("-number").first()
+        if number is None
+        else versions.filter(number=number).first()
     )
     if version is None:
         raise NotFound(f"No version {number} of {operator.slug}.")
