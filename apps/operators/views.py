@@ -11,6 +11,7 @@ from apps.accounts.access import team_view
 from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.errors import Conflict, DomainError
+from apps.core.pages import page_of
 from apps.operators import selectors
 from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
 from apps.operators.importing import import_start, summary
@@ -135,15 +136,15 @@ def suite_detail(request: HttpRequest, membership: Membership, slug: str) -> Htt
 @team_view()
 def import_list(request: HttpRequest, membership: Membership) -> HttpResponse:
     form = ImportForm() if membership.allows(Permission.RUN) else None
-    return render(request, "operators/import_list.html", import_list_context(membership, form))
+    context = import_list_context(request, membership, form)
+    return render(request, "operators/import_list.html", context)
 
 
-def import_list_context(membership: Membership, form: ImportForm | None) -> dict[str, object]:
-    return {
-        "section": "operators",
-        "form": form,
-        "imports": selectors.imports_for(membership.team)[:50],
-    }
+def import_list_context(
+    request: HttpRequest, membership: Membership, form: ImportForm | None
+) -> dict[str, object]:
+    page = page_of(request, selectors.imports_for(membership.team).order_by("-created_at", "-pk"))
+    return {"section": "operators", "form": form, "imports": page, "page": page}
 
 
 @require_POST
@@ -161,9 +162,8 @@ def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
         else:
             transaction.on_commit(lambda: import_folder.delay(run.pk))
             return redirect("import-detail", team=membership.team.slug, import_id=run.pk)
-    return render(
-        request, "operators/import_list.html", import_list_context(membership, form), status=400
-    )
+    context = import_list_context(request, membership, form)
+    return render(request, "operators/import_list.html", context, status=400)
 
 
 @team_view()
