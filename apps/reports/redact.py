@@ -12,6 +12,7 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|_KEY$|^KEY$)")
 # A password as short as "kope" (.env.example's DATABASE_URL) is still a secret; a value of 1 to
 # 3 characters would replace letters and numbers all over a report, and protects nothing.
 MIN_LENGTH = 4
+FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def setting_secrets() -> list[str]:
@@ -31,13 +32,16 @@ def setting_secrets() -> list[str]:
 
 
 def redacted(data: Any, secrets: list[str]) -> Any:
-    """A copy of JSON-like data with each secret replaced in every string (keys included)."""
+    """A copy of JSON-like data with each secret replaced in every string, keys included but
+    the data's own field names (lower_snake_case): a password such as "case" would otherwise
+    rename "cases" and break every renderer that reads it."""
     if isinstance(data, str):
         for secret in secrets:
             data = data.replace(secret, "[redacted]")
         return data
     if isinstance(data, dict):
-        return {redacted(k, secrets): redacted(v, secrets) for k, v in data.items()}
+        return {k if field_name(k) else redacted(k, secrets): redacted(v, secrets)
+                for k, v in data.items()}  # fmt: skip
     if isinstance(data, list | tuple):
         return [redacted(v, secrets) for v in data]
     return data
@@ -46,3 +50,7 @@ def redacted(data: Any, secrets: list[str]) -> Any:
 def without_secrets(text: str) -> str:
     """The text with the secret settings' values replaced (the reason an export failed)."""
     return redacted(text, setting_secrets())  # type: ignore[no-any-return]
+
+
+def field_name(key: Any) -> bool:
+    return isinstance(key, str) and FIELD_NAME.fullmatch(key) is not None

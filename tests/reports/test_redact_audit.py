@@ -11,9 +11,11 @@ import pytest
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.memory.models import Case
+from apps.memory.rules import Wording, rule_propose
 from apps.reports.collect import session_report
-from apps.reports.knowledge import ImportFileError
+from apps.reports.knowledge import ImportFileError, knowledge_data, knowledge_markdown
 from apps.reports.models import Export
+from apps.reports.render import render
 from apps.reports.services import export_fail, knowledge_import
 from tests.factories import MembershipFactory
 from tests.reports.sessions import journal_session
@@ -74,3 +76,32 @@ def test_a_failed_imports_reason_is_stored_without_the_secret(team: Team, settin
     error = Export.objects.get(team=team, kind="knowledge_import").error
     assert SHORT not in error and error.startswith("[redacted].json: the file is not JSON")
     assert refused.value.message == error  # the page and the API say the same
+
+
+@pytest.mark.parametrize("password", ["case", "pass", "operator"])
+def test_a_password_that_is_part_of_a_field_name_leaves_every_format_whole(
+    team: Team, settings, password: str
+) -> None:
+    """The report's own field names ("cases", "pass_rate", "operators") stay: redacting the
+    password inside them broke every renderer that reads them (a KeyError, the export failed)."""
+    settings.KOPE_ADMIN_PASSWORD = password
+    session = journal_session(team, best={"gemm": 5.0})
+    Case.objects.filter(session=session, iteration=1).update(strategy=f"tile {password}!")
+    data = session_report(session)
+
+    for fmt in ("json", "md", "csv", "html", "pdf"):
+        assert render(data, fmt)
+    assert data["sessions"][0]["summary"]["pass_rate"] == 1.0
+    assert "tile [redacted]!" in json.dumps(data)
+
+
+def test_a_password_inside_a_knowledge_files_field_names_leaves_the_file_importable(
+    team: Team, settings
+) -> None:
+    settings.KOPE_ADMIN_PASSWORD = "rule"
+    rule_propose(team=team, source_key="case:9", evidence={},
+                 wording=Wording("Tile the k loop", "matmul nests"))  # fmt: skip
+
+    data = knowledge_data(team)
+
+    assert len(data["rules"]) == 1 and knowledge_markdown(data)
