@@ -90,6 +90,17 @@
     };
   }
 
+  // The operators table is fetched again after progress: an incumbent kernel the reader
+  // opened stays open (htmx gives focus back to the element it was on, by its id).
+  const operators = document.getElementById("operators");
+  let opened = [];
+  operators?.addEventListener("htmx:beforeSwap", () => {
+    opened = Array.from(operators.querySelectorAll("details[open]"), (details) => details.id);
+  });
+  operators?.addEventListener("htmx:afterSwap", () => {
+    for (const id of opened) document.getElementById(id)?.setAttribute("open", "");
+  });
+
   // For people debugging a connection, and for the browser tests: drop the socket and stay
   // away for `ms` before reconnecting.
   window.kopeSessionLive = {

@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.memory.journal import journal_append
 from apps.memory.models import Rule
 from apps.memory.rules import Wording, rule_propose
 from apps.reports.models import Export
@@ -24,10 +25,12 @@ from apps.reports.views import LISTED
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
+from tests.memory.test_compare_pages import recorded_case
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
 from .conftest import CHROMIUM, log_in
+from .test_untrusted_text import in_another_thread
 
 pytestmark = [
     pytest.mark.browser,
@@ -48,14 +51,22 @@ class Team:
 @pytest.fixture
 def team(transactional_db: None) -> Team:
     # Made before Chromium starts: Playwright's event loop forbids the ORM in this thread.
-    stored_builtin("gemm")
+    gemm = stored_builtin("gemm")
     admin = MembershipFactory(team=TeamFactory(slug="access", name="Access"), role=Role.ADMIN)
     sessions = [session_create(team=admin.team, user=None, operators=["gemm"], start=False)
                 for _ in range(2)]  # fmt: skip
     evidence = {"operators": ["gemm", "relu", "softmax"], "adoptions": 3, "value": 0.3}
     rule = rule_propose(team=admin.team, source_key="case:1", evidence=evidence,
                         wording=Wording("Unroll every loop by 8", "short loops"))  # fmt: skip
+    case = recorded_case(sessions[0], gemm, 0, None, "void gemm(void) {}", "start")
+    incumbent(sessions[0].pk, case)
     return Team(admin=admin, sessions=sessions, rule=rule)
+
+
+def incumbent(session_id: int, case: int) -> None:
+    journal_append(session_id=session_id, kind="incumbent_replaced", payload={
+        "operator": "gemm", "iteration": 0, "case_id": case, "previous_case_id": None,
+        "latency_ms": 1.0, "previous_latency_ms": None})  # fmt: skip
 
 
 @contextmanager
@@ -185,3 +196,23 @@ def test_a_link_focused_in_the_exports_list_keeps_focus_as_the_list_refreshes(
             page.wait_for_function("() => document.getElementById('exports') !== window.shown")
             # a keyboard user reading the list is not thrown back to the top of the page
             expect(link).to_be_focused()
+
+
+def test_an_opened_incumbent_kernel_stays_open_and_focused_as_the_operators_refresh(
+    team: Team, chromium: Browser
+) -> None:
+    session = team.sessions[0]
+    with admin_page(chromium, team, team.path(f"sessions/{session.pk}/")) as page:
+        expect(page.locator("#live-status")).to_have_text("live")
+        kernel = page.locator("#operators details")
+        summary = kernel.locator("summary")
+        summary.focus()
+        page.keyboard.press("Enter")
+        expect(kernel).to_have_attribute("open", "")
+        page.evaluate("() => { window.shown = document.querySelector('#operators table'); }")
+        case = int(page.locator("#event-log a").first.inner_text().removeprefix("case "))
+        in_another_thread(lambda: incumbent(session.pk, case))  # the table is fetched again
+        page.wait_for_function("() => document.querySelector('#operators table') !== window.shown")
+        # the reader keeps their place: the kernel they opened, with focus where it was
+        expect(kernel).to_have_attribute("open", "")
+        expect(summary).to_be_focused()
