@@ -106,8 +106,12 @@ def import_start(
         raise ImportRequestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if not 0 < scale <= 1:
         raise ImportRequestError(f"scale {scale:g} must be above 0 and at most 1")
+    fmt = fmt or detect_format(root)
+    if fmt == "npukernelbench" and scale != 1:
+        raise ImportRequestError(f"scale {scale:g} applies to KernelBench problems only; "
+                                 "NPUKernelBench cases state their sizes")  # fmt: skip
     return ImportRun.objects.create(
-        team=team, created_by=user, path=str(root), format=fmt or detect_format(root), scale=scale
+        team=team, created_by=user, path=str(root), format=fmt, scale=scale
     )
 
 

@@ -13,7 +13,7 @@ from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.operators.importing import import_execute, import_start
+from apps.operators.importing import ImportRequestError, import_execute, import_start
 from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
 from tests.operators.conftest import SAMPLES
 
@@ -111,3 +111,18 @@ def test_a_problem_whose_path_is_longer_than_is_stored_fails_naming_it(
         ("failed", f"{label}: the path is {len(label)} characters, over the limit of 500"),
     ]
     assert not Operator.objects.filter(team=team).exists()
+
+
+@pytest.mark.parametrize("fmt", [None, "npukernelbench"])
+def test_a_scale_for_npukernelbench_which_has_no_sizes_to_scale_is_refused(
+    team: Team, fmt: str | None
+) -> None:
+    """Its cases state their sizes; the run would read 'sizes scaled by 0.5' with none scaled."""
+    with pytest.raises(ImportRequestError) as refused:
+        import_start(path=str(SAMPLES / "npukernelbench"), fmt=fmt, scale=0.5, team=team,
+                     user=None, restrict=False)  # fmt: skip
+
+    assert refused.value.message == (
+        "scale 0.5 applies to KernelBench problems only; NPUKernelBench cases state their sizes"
+    )
+    assert not ImportRun.objects.exists()
