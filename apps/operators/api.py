@@ -150,7 +150,7 @@ def list_operators(
     request: HttpRequest, slug: str, family: Family | None = None, level: Level | None = None
 ) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
-    operators = selectors.operators_visible_to(team)
+    operators = selectors.operators_listed_for(team)
     versions = selectors.latest_versions(operators, family=family, level=level)
     return [summary_out(v) for v in versions]
 
@@ -182,7 +182,7 @@ def edit_operator(request: HttpRequest, slug: str, operator: str, payload: Opera
 @paginate(LimitOffsetPagination)
 def list_suites(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
-    return [suite_out(s) for s in selectors.suites_visible_to(team)]
+    return [suite_out(s) for s in selectors.suites_listed_for(team)]
 
 
 @router.get("/teams/{slug}/suites/{suite}", response=SuiteOut)

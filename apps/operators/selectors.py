@@ -17,6 +17,13 @@ def operators_visible_to(team: Team | None) -> QuerySet[Operator]:
     return Operator.objects.filter(_visible(team))
 
 
+def operators_listed_for(team: Team) -> QuerySet[Operator]:
+    """What the team's lists show: a shared operator of a slug the team has its own of is
+    left out, as its slug leads to the team's own (operator_get)."""
+    own = Operator.objects.filter(team=team).values("slug")
+    return operators_visible_to(team).exclude(team__isnull=True, slug__in=own)
+
+
 def latest_versions(
     operators: QuerySet[Operator], *, family: str | None = None, level: int | None = None
 ) -> list[OperatorVersion]:
@@ -58,6 +65,12 @@ def version_get(operator: Operator, number: int | None = None) -> OperatorVersio
 
 def suites_visible_to(team: Team | None) -> QuerySet[Suite]:
     return Suite.objects.filter(_visible(team)).annotate(size=Count("entries")).order_by("name")
+
+
+def suites_listed_for(team: Team) -> QuerySet[Suite]:
+    """As operators_listed_for: a shared suite a team's own of the same slug hides is left out."""
+    own = Suite.objects.filter(team=team).values("slug")
+    return suites_visible_to(team).exclude(team__isnull=True, slug__in=own)
 
 
 def suite_get(team: Team | None, slug: str) -> Suite:

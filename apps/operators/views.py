@@ -28,7 +28,7 @@ def operator_list(request: HttpRequest, membership: Membership) -> HttpResponse:
         if form.is_valid()
         else (None, None)
     )
-    operators = selectors.operators_visible_to(membership.team)
+    operators = selectors.operators_listed_for(membership.team)
     context = {
         "section": "operators",
         "form": form,
@@ -113,7 +113,7 @@ def edit_made_to_an_older_version(
 
 @team_view()
 def suite_list(request: HttpRequest, membership: Membership) -> HttpResponse:
-    context = {"section": "operators", "suites": selectors.suites_visible_to(membership.team)}
+    context = {"section": "operators", "suites": selectors.suites_listed_for(membership.team)}
     return render(request, "operators/suite_list.html", context)
 
 

@@ -11,6 +11,7 @@ from django.test import Client
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
 from apps.operators.models import ImportRun
+from apps.operators.services import suite_set
 from tests.factories import stored_builtin
 
 
@@ -42,3 +43,23 @@ def test_the_imports_page_pages_back_to_the_oldest_import(team: Team, viewer: Cl
     assert "/data/import-50" in first and "/data/import-00" not in first
     assert "Imports 1 to 50 of 51" in first and 'href="?page=2"' in first
     assert "/data/import-00" in older and "/data/import-50" not in older
+
+
+def test_a_shared_operator_or_suite_of_a_slug_the_team_has_its_own_of_is_not_listed(
+    team: Team, viewer: Client
+) -> None:
+    """Its slug leads to the team's own (a link from its row opened that); the lists show
+    the one the slug leads to, as the launch does."""
+    shared, own = stored_builtin("relu"), stored_builtin("relu", team)
+    suite_set(team=None, slug="mine", name="Shared suite", operators=[shared.operator])
+    suite_set(team=team, slug="mine", name="Own suite", operators=[own.operator])
+
+    operators = viewer.get("/t/kernels/operators/").content.decode()
+    suites = viewer.get("/t/kernels/suites/").content.decode()
+    api_operators = viewer.get("/api/teams/kernels/operators").json()
+    api_suites = viewer.get("/api/teams/kernels/suites").json()
+
+    assert "1 of 1 operator," in operators and " · shared" not in operators
+    assert "Own suite" in suites and "Shared suite" not in suites
+    assert [(o["slug"], o["shared"]) for o in api_operators["items"]] == [("relu", False)]
+    assert [(s["name"], s["shared"]) for s in api_suites["items"]] == [("Own suite", False)]
