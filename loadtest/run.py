@@ -147,8 +147,12 @@ def run(data_dir: Path, names: list[str], seconds: int, rounds: int) -> list[Any
     from django.core.management import call_command
     from django.db import connection
 
-    from apps.core.management.commands.runstack import stop_all
+    from apps.core.management.commands.runstack import stop_all, stop_like_ctrl_c
     from loadtest import seed
+
+    # As Ctrl-C: without it, SIGTERM (`timeout make load`, a cancelled job) would end the run
+    # with no cleanup, leaving the embedded PostgreSQL, locust and the data folder behind.
+    signal.signal(signal.SIGTERM, stop_like_ctrl_c)
 
     say(f"Starting the database and seeding a team in {data_dir}…")
     call_command("bootstrap", stdout=io.StringIO())
@@ -291,7 +295,12 @@ def run_profile(
         locust = subprocess.Popen([sys.executable, "-m", "locust", *args], cwd=ROOT, env=env,
                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         usage, before = Usage(stack), resource.getrusage(resource.RUSAGE_CHILDREN)
-        locust.wait(timeout=seconds + 120)
+        try:
+            locust.wait(timeout=seconds + 120)
+        finally:
+            if locust.poll() is None:  # the run was stopped, or locust outlived its time
+                locust.kill()
+                locust.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only locust ended meanwhile
     locust_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if not samples.exists():

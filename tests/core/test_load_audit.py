@@ -5,15 +5,20 @@ The locustfile runs for real (a locust process) against a plain loopback HTTP se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 
 from loadtest.summary import summarize
@@ -132,3 +137,56 @@ def test_a_stack_process_that_stops_early_is_named_with_its_log(tmp_path: Path) 
     assert "the web stopped (exit code 1)" in message
     assert "Error: port 8000 is in use" in message
     assert "see its output above" not in message
+
+
+def children_once_locust_runs(pid: int) -> list[psutil.Process]:
+    """Daphne, the workers and their pools, and locust (started just after the line that
+    names the profile)."""
+    for _ in range(300):
+        children = psutil.Process(pid).children(recursive=True)
+        if any("locust" in " ".join(child.cmdline()) for child in children):
+            return children
+        time.sleep(0.1)
+    raise AssertionError("locust did not start")
+
+
+def test_sigterm_stops_the_stack_and_removes_the_data_folder() -> None:
+    """`timeout make load`, or a CI job cancelled: as Ctrl-C, nothing is left running."""
+    from kope_web.embedded_db import postmasters_of
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOPE_", "DJANGO_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "loadtest.run", "--profiles", "tiny", "--seconds", "120",
+         "--rounds", "1"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert run.stdout is not None
+    data_dir, family, output = None, [], []
+    try:
+        for line in run.stdout:
+            output.append(line)
+            if line.startswith("Starting the database"):
+                data_dir = Path(line.split(" in ")[-1].strip().rstrip("…"))
+            if line.startswith("Running profile tiny"):
+                break
+        assert data_dir is not None and run.poll() is None, "".join(output)
+        family = children_once_locust_runs(run.pid)
+        family += postmasters_of(data_dir / "pgdata")
+
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=90)
+        _, left = psutil.wait_procs(family, timeout=30)
+
+        assert [p.pid for p in left] == []
+        assert not data_dir.exists()
+    finally:  # what a failing run left behind
+        if run.poll() is None:
+            run.kill()
+        run.wait(timeout=30)
+        if data_dir is not None:
+            family += postmasters_of(data_dir / "pgdata")
+        for process in family:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
