@@ -286,3 +286,35 @@ def test_every_setting_variable_is_documented_in_the_readme_and_env_example() ->
     variables = {v for v in settings_variables() if not v.endswith("_FILE")}
     assert sorted(v for v in variables if f"`{v}`" not in readme) == []
     assert sorted(v for v in variables if v not in example) == []
+
+
+def image_import_root() -> str:
+    """KOPE_IMPORT_ROOTS' default in the image: KOPE_DATA_DIR (the Dockerfile's ENV)/imports."""
+    found = re.search(r"\bKOPE_DATA_DIR=(\S+)", DOCKERFILE.read_text())
+    assert found, "the Dockerfile sets no KOPE_DATA_DIR"
+    return f"{found.group(1).rstrip('/')}/imports"
+
+
+def named_volume_at(service: dict[str, Any], target: str) -> str | None:
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, _, rest = volume.partition(":")
+            mounted_at = rest.split(":")[0]
+        else:
+            source, mounted_at = volume.get("source", ""), volume.get("target", "")
+        if mounted_at.rstrip("/") == target:
+            return str(source)
+    return None
+
+
+def test_the_web_and_the_agent_worker_see_the_same_import_folders() -> None:
+    """The web checks that an import's folder exists, then the agent worker reads it: in
+    separate containers, they need one volume at the import root."""
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services, root = compose["services"], image_import_root()
+
+    web, agent = (named_volume_at(services[name], root) for name in ("web", "agent"))
+
+    assert web is not None, f"nothing is mounted at {root} in web"
+    assert agent == web
+    assert web in (compose.get("volumes") or {})  # a named volume: kept across restarts
