@@ -49,15 +49,25 @@ class ReportLine:
                 "operator": self.operator, "version": self.version}  # fmt: skip
 
 
+# What each layout's problems hold, and how to name them: the first that matches is the format.
+LAYOUTS = {
+    "npukernelbench": ("validation/module.py", "NPUKernelBench operators"),
+    "kernelbench": ("*.py", "KernelBench problems"),
+}
+
+
+def has_layout(root: Path, fmt: str) -> bool:
+    return next(root.rglob(LAYOUTS[fmt][0]), None) is not None
+
+
 def detect_format(root: Path) -> str:
-    if next(root.rglob("validation/module.py"), None) is not None:
-        return "npukernelbench"
-    if next(root.rglob("*.py"), None) is not None:
-        return "kernelbench"
-    raise ImportRequestError(
-        f"{root} holds neither NPUKernelBench operators (validation/module.py) nor "
-        "KernelBench problems (*.py)"
-    )
+    found = next((fmt for fmt in LAYOUTS if has_layout(root, fmt)), None)
+    if found is None:
+        raise ImportRequestError(
+            f"{root} holds neither NPUKernelBench operators (validation/module.py) nor "
+            "KernelBench problems (*.py)"
+        )
+    return found
 
 
 def checked_folder(path: str, *, restrict: bool) -> Path:
@@ -106,7 +116,11 @@ def import_start(
         raise ImportRequestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if not 0 < scale <= 1:
         raise ImportRequestError(f"scale {scale:g} must be above 0 and at most 1")
-    fmt = fmt or detect_format(root)
+    if fmt is None:
+        fmt = detect_format(root)
+    elif not has_layout(root, fmt):
+        pattern, problems = LAYOUTS[fmt]
+        raise ImportRequestError(f"{root} holds no {problems} ({pattern})")
     if fmt == "npukernelbench" and scale != 1:
         raise ImportRequestError(f"scale {scale:g} applies to KernelBench problems only; "
                                  "NPUKernelBench cases state their sizes")  # fmt: skip

@@ -126,3 +126,18 @@ def test_a_scale_for_npukernelbench_which_has_no_sizes_to_scale_is_refused(
         "scale 0.5 applies to KernelBench problems only; NPUKernelBench cases state their sizes"
     )
     assert not ImportRun.objects.exists()
+
+
+def test_a_format_whose_layout_the_folder_lacks_is_refused_saying_so(team: Team) -> None:
+    """Else the run found nothing and ended 'Done: 0 imported, 0 unchanged, 0 skipped, 0
+    failed', with no word of why."""
+    folder = SAMPLES / "kernelbench"
+
+    with pytest.raises(ImportRequestError) as refused:
+        import_start(path=str(folder), fmt="npukernelbench", scale=1.0, team=team, user=None,
+                     restrict=False)  # fmt: skip
+
+    assert refused.value.message == (
+        f"{folder} holds no NPUKernelBench operators (validation/module.py)"
+    )
+    assert not ImportRun.objects.exists()
