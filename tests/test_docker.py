@@ -318,3 +318,29 @@ def test_the_web_and_the_agent_worker_see_the_same_import_folders() -> None:
     assert web is not None, f"nothing is mounted at {root} in web"
     assert agent == web
     assert web in (compose.get("volumes") or {})  # a named volume: kept across restarts
+
+
+def published_on_all_interfaces(services: dict[str, dict[str, Any]]) -> list[str]:
+    """Ports a service publishes on every interface of the host rather than on loopback."""
+    found = []
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            if isinstance(port, dict):
+                host_ip = port.get("host_ip", "")
+            else:
+                parts = str(port).rsplit(":", 2)
+                host_ip = parts[0] if len(parts) == 3 else ""
+            if host_ip not in ("127.0.0.1", "[::1]", "::1"):
+                found.append(f"{name}: {port}")
+    return found
+
+
+def test_the_web_port_is_published_on_loopback_only() -> None:
+    """It serves plain HTTP (the login form's password included) with the SSL redirect off:
+    published on every interface, anyone on the network could reach it."""
+    assert published_on_all_interfaces(compose_services()) == []
+
+
+@pytest.mark.parametrize("port", ["8000:8000", "0.0.0.0:8000:8000", 8000, {"target": 8000}])
+def test_a_port_published_beyond_loopback_is_reported(port: object) -> None:
+    assert published_on_all_interfaces({"web": {"ports": [port]}}) == [f"web: {port}"]
