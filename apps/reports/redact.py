@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -12,6 +13,9 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|_KEY$|^KEY$)")
 # A password as short as "kope" (.env.example's DATABASE_URL) is still a secret; a value of 1 to
 # 3 characters would replace letters and numbers all over a report, and protects nothing.
 MIN_LENGTH = 4
+# A shorter secret is replaced only where it stands alone: "kope", the compose file's database
+# password, is also the start of every kernel's `#include "kope_kernel.h"`.
+WHOLE_WORD_BELOW = 8
 FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -37,7 +41,7 @@ def redacted(data: Any, secrets: list[str]) -> Any:
     rename "cases" and break every renderer that reads it."""
     if isinstance(data, str):
         for secret in secrets:
-            data = data.replace(secret, "[redacted]")
+            data = secret_pattern(secret).sub("[redacted]", data)
         return data
     if isinstance(data, dict):
         return {k if field_name(k) else redacted(k, secrets): redacted(v, secrets)
@@ -45,6 +49,14 @@ def redacted(data: Any, secrets: list[str]) -> Any:
     if isinstance(data, list | tuple):
         return [redacted(v, secrets) for v in data]
     return data
+
+
+@lru_cache(maxsize=64)
+def secret_pattern(secret: str) -> re.Pattern[str]:
+    """Where the secret is to be replaced: anywhere, or, when short, not inside a word."""
+    if len(secret) >= WHOLE_WORD_BELOW:
+        return re.compile(re.escape(secret))
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(secret)}(?![A-Za-z0-9_])")
 
 
 def without_secrets(text: str) -> str:

@@ -15,6 +15,7 @@ from apps.memory.rules import Wording, rule_propose
 from apps.reports.collect import session_report
 from apps.reports.knowledge import ImportFileError, knowledge_data, knowledge_markdown
 from apps.reports.models import Export
+from apps.reports.redact import without_secrets
 from apps.reports.render import render
 from apps.reports.services import export_fail, knowledge_import
 from tests.factories import MembershipFactory
@@ -33,8 +34,25 @@ def test_a_secret_of_four_to_seven_characters_is_redacted_from_a_report(
 
     text = json.dumps(session_report(session))
 
-    assert SHORT not in text and "kope" not in text
+    assert SHORT not in text
     assert "[redacted] [redacted] tile" in text
+
+
+def test_a_short_secret_inside_a_word_is_left_whole(settings) -> None:
+    """The compose file's database password is "kope": every kernel includes kope_kernel.h."""
+    settings.KOPE_ADMIN_PASSWORD = "kope"
+    source = '#include "kope_kernel.h"\n// postgresql://kope:kope@db/x, kopek, akope'
+
+    text = without_secrets(source)
+
+    assert text == (
+        '#include "kope_kernel.h"\n// postgresql://[redacted]:[redacted]@db/x, kopek, akope'
+    )
+
+
+def test_a_long_secret_is_redacted_even_inside_a_word(settings) -> None:
+    settings.ANTHROPIC_API_KEY = "sk-ant-0123456789"
+    assert without_secrets("key=xsk-ant-0123456789y") == "key=x[redacted]y"
 
 
 def test_a_secret_under_four_characters_is_left_as_it_would_mangle_ordinary_text(
