@@ -216,3 +216,24 @@ def test_an_opened_incumbent_kernel_stays_open_and_focused_as_the_operators_refr
         # the reader keeps their place: the kernel they opened, with focus where it was
         expect(kernel).to_have_attribute("open", "")
         expect(summary).to_be_focused()
+
+
+# The live regions on the page now, kept to see which of them are still there later.
+LIVE_REGIONS = """() => { window.regions = [...document.querySelectorAll(
+  '[aria-live], [role=status], [role=log], [role=alert]')]; }"""
+
+
+def test_what_a_knowledge_base_search_found_is_announced(team: Team, chromium: Browser) -> None:
+    with admin_page(chromium, team, team.path("knowledge/")) as page:
+        page.evaluate(LIVE_REGIONS)
+        page.evaluate("() => { window.shown = document.getElementById('results'); }")
+        page.get_by_label("Kind").select_option("rule")
+        page.get_by_role("button", name="Search").click()  # htmx swaps the results in place
+        page.wait_for_function("() => document.getElementById('results') !== window.shown")
+        found = "No item matches these filters."  # the team's memory holds no rule yet
+        expect(page.locator("#results")).to_contain_text(found)
+        # a live region announces a change only if it was there before the change
+        kept = page.evaluate("() => window.regions.filter((r) => r.isConnected)"
+                             ".map((r) => r.textContent)")  # fmt: skip
+        assert any(found in text for text in kept), kept
+        expect(page.get_by_role("status")).to_have_text(f"Nothing here yet: {found}")
