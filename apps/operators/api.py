@@ -7,7 +7,6 @@ No `from __future__ import annotations` here: ninja reads the parameter annotati
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db import transaction
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
@@ -17,11 +16,10 @@ from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError
 from apps.core.numbers import RealNumber, WholeNumber
 from apps.operators import selectors
-from apps.operators.importing import import_start, summary
+from apps.operators.importing import import_enqueue, import_start, summary
 from apps.operators.models import ImportRun, OperatorVersion, Suite
 from apps.operators.services import version_edit
 from apps.operators.spec import FAMILIES
-from apps.operators.tasks import import_folder
 
 router = Router(tags=["operators"])
 
@@ -197,7 +195,7 @@ def create_import(request: HttpRequest, slug: str, payload: ImportIn) -> Any:
     membership = membership_for(request.user, slug, Permission.RUN)
     run = import_start(path=payload.path, fmt=payload.format, scale=payload.scale,
                        team=membership.team, user=request.user)  # type: ignore[arg-type]  # fmt: skip
-    transaction.on_commit(lambda: import_folder.delay(run.pk))
+    import_enqueue(run)
     return Status(202, import_out(run))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.utils import timezone
 from django.utils.text import Truncator, slugify
 
@@ -127,6 +128,23 @@ def import_start(
     return ImportRun.objects.create(
         team=team, created_by=user, path=str(root), format=fmt, scale=scale
     )
+
+
+def import_enqueue(run: ImportRun) -> None:
+    """Send the import to the agent worker once the run is committed. A broker that refuses
+    the message must not answer 500 and leave the run "running" with no worker ever to do
+    it: the run fails with the reason, to be started again."""
+    from apps.operators.tasks import import_folder  # the task runs import_execute, below
+
+    def send() -> None:
+        try:
+            import_folder.delay(run.pk)
+        except Exception as error:  # kombu's OperationalError (Redis), ChannelError (folder)
+            logger.exception("import %s: the broker refused it", run.pk)
+            _finish(run, ImportRun.Status.FAILED, error=f"the agent worker's queue refused it "
+                    f"({type(error).__name__}); start the import again")  # fmt: skip
+
+    transaction.on_commit(send)
 
 
 def discover(root: Path, fmt: str, scale: float) -> list[FoundProblem]:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -14,10 +13,9 @@ from apps.core.errors import Conflict, DomainError
 from apps.core.pages import page_of
 from apps.operators import selectors
 from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
-from apps.operators.importing import import_start, summary
+from apps.operators.importing import import_enqueue, import_start, summary
 from apps.operators.models import Operator, OperatorVersion
 from apps.operators.services import version_edit
-from apps.operators.tasks import import_folder
 
 
 @team_view()
@@ -160,7 +158,7 @@ def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
         except DomainError as error:
             form.add_error("path", error.message)
         else:
-            transaction.on_commit(lambda: import_folder.delay(run.pk))
+            import_enqueue(run)
             return redirect("import-detail", team=membership.team.slug, import_id=run.pk)
     context = import_list_context(request, membership, form)
     return render(request, "operators/import_list.html", context, status=400)
