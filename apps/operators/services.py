@@ -306,9 +306,12 @@ MAX_STARTING_KERNEL_CHARS = 200_000  # as a session's uploaded starting kernel
 
 def _check_edit_texts(texts: dict[str, str | None], kernels: Mapping[str, str | None]) -> None:
     """Name, description and starting kernels (keyed by target) as PostgreSQL stores them."""
-    for target in kernels:
+    for target, source in kernels.items():
         if target not in TARGET_DTYPES:
             raise DomainError(f"no target {target[:40]!r} (targets: {', '.join(TARGET_DTYPES)})")
+        if source is not None and not source.strip():  # as a session's upload (runs.api)
+            raise DomainError(f"the {target} starting kernel is empty; null removes a target's "
+                              "starting kernel")  # fmt: skip
     for key, text in {**texts, **kernels}.items():
         if text is None:
             continue

@@ -58,3 +58,17 @@ def test_a_null_starting_kernel_removes_that_targets_only(engineer: Client) -> N
     assert removed.status_code == 201
     assert removed.json()["starting_kernels"] == {"cpu-c": before["cpu-c"]}
     assert patch(engineer, {"starting_kernels": {"triton": None}}).status_code == 200  # no change
+
+
+@pytest.mark.parametrize("source", ["", " \n\t"])
+def test_an_empty_starting_kernel_is_refused_as_a_session_refuses_one(
+    engineer: Client, source: str
+) -> None:
+    """A session would have started from it (and failed to compile) instead of writing one."""
+    response = patch(engineer, {"starting_kernels": {"cpu-c": source}})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "the cpu-c starting kernel is empty; null removes a target's starting kernel"
+    )
+    assert OperatorVersion.objects.count() == 1 and StartingKernel.objects.count() == 2
