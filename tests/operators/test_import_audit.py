@@ -13,6 +13,8 @@ from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.operators.importers import npukernelbench
+from apps.operators.importers.common import ProblemError
 from apps.operators.importing import ImportRequestError, import_execute, import_start
 from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
 from tests.operators.conftest import SAMPLES
@@ -141,3 +143,16 @@ def test_a_format_whose_layout_the_folder_lacks_is_refused_saying_so(team: Team)
         f"{folder} holds no NPUKernelBench operators (validation/module.py)"
     )
     assert not ImportRun.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("header", "column"), [("case_id;shape;shape", "shape"), ("case_id;shape;case_id", "case_id")]
+)
+def test_a_csv_column_named_twice_fails_its_operator_instead_of_losing_one(
+    header: str, column: str
+) -> None:
+    """The second column's values silently replaced the first's in every case."""
+    with pytest.raises(ProblemError) as refused:
+        npukernelbench.parse_test_cases(f"{header}\n1;[4];[8]\n", where="t.csv")
+
+    assert str(refused.value) == f"t.csv line 1: column {column!r} appears more than once"

@@ -121,6 +121,10 @@ def parse_test_cases(text: str, *, where: str) -> list[CaseSpec]:
     header = [cell.strip() for cell in rows[0]]
     if "case_id" not in header:
         raise ProblemError(f"{where} line 1: no case_id column (columns: {', '.join(header)})")
+    named = [name for name in header if name]  # a trailing ";" gives an unnamed column
+    if len(set(named)) != len(named):
+        twice = next(name for name in named if named.count(name) > 1)
+        raise ProblemError(f"{where} line 1: column {twice!r} appears more than once")
     body = [
         (number, row) for number, row in enumerate(rows[1:], start=2) if any(c.strip() for c in row)
     ]
