@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -59,9 +60,12 @@ def workers_check(request: HttpRequest, membership: Membership) -> HttpResponse:
         check_id = worker_check_start(team=membership.team)
     except BrokerUnreachable:
         return broker_down(request)
-    context = {"check_id": check_id, "queues": known_queues()}
+    queues = known_queues()
     if request.htmx:  # type: ignore[attr-defined]
+        context = {"check_id": check_id, "queues": queues}
         return render(request, "workbench/workers.html#check-started", context)
+    messages.info(request, f"Check {check_id} sent to {', '.join(queues)}; its answers show on "
+                           "this page live, with JavaScript on.")  # fmt: skip
     return redirect("workers", team=membership.team.slug)
 
 

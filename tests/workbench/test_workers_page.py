@@ -6,6 +6,7 @@ web host sees Redis while it is down.
 
 from __future__ import annotations
 
+import re
 import secrets
 import urllib.error
 import urllib.request
@@ -100,3 +101,13 @@ def test_the_workers_table_says_how_long_they_had_to_answer(transactional_db: No
 
     assert "<td>caption@test</td>" in page
     assert "answered a broadcast ping within 500 ms" in page
+
+
+def test_a_check_sent_without_javascript_says_it_was_sent(
+    client_for: Callable[[Role], Client],
+) -> None:
+    """The form without htmx redirected back to the page with no word of the check."""
+    page = client_for(Role.ENGINEER).post("/t/kernels/workers/check/", follow=True)
+
+    assert page.redirect_chain == [("/t/kernels/workers/", 302)]
+    assert re.search(r"Check \w{12} sent to agent, device\.cpu", page.content.decode())
