@@ -20,12 +20,9 @@ from apps.operators.services import version_edit
 
 @team_view()
 def operator_list(request: HttpRequest, membership: Membership) -> HttpResponse:
-    form = OperatorFilterForm(request.GET or None)
-    family, level = (
-        (form.cleaned_data["family"], form.cleaned_data["level"])
-        if form.is_valid()
-        else (None, None)
-    )
+    form = OperatorFilterForm(request.GET)
+    form.is_valid()  # a field that is not valid (a stale link's family) is left out alone
+    family, level = form.cleaned_data.get("family"), form.cleaned_data.get("level")
     operators = selectors.operators_listed_for(membership.team)
     context = {
         "section": "operators",

@@ -63,3 +63,15 @@ def test_a_shared_operator_or_suite_of_a_slug_the_team_has_its_own_of_is_not_lis
     assert "Own suite" in suites and "Shared suite" not in suites
     assert [(o["slug"], o["shared"]) for o in api_operators["items"]] == [("relu", False)]
     assert [(s["name"], s["shared"]) for s in api_suites["items"]] == [("Own suite", False)]
+
+
+def test_a_valid_level_filters_even_when_the_family_in_the_link_is_unknown(
+    team: Team, viewer: Client
+) -> None:
+    """A stale or mistyped family dropped the level too, and the page listed every level."""
+    stored_builtin("relu", team)  # level 1
+    stored_builtin("gemm", team)  # level 3
+
+    page = viewer.get("/t/kernels/operators/?family=no-such-family&level=3").content.decode()
+
+    assert "1 of 2 operators" in page and "GEMM" in page and "ReLU" not in page
