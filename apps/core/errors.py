@@ -36,6 +36,13 @@ class Conflict(DomainError):
     code = "conflict"
 
 
+class Unavailable(DomainError):
+    """A service the request needs (the broker, say) is not answering: try again later."""
+
+    status = 503
+    code = "unavailable"
+
+
 Bounds = Mapping[str, tuple[int, int | None]]  # name -> (lowest, highest or None for no limit)
 
 

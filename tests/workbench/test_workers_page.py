@@ -6,6 +6,7 @@ web host sees Redis while it is down.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import urllib.error
@@ -111,3 +112,15 @@ def test_a_check_sent_without_javascript_says_it_was_sent(
 
     assert page.redirect_chain == [("/t/kernels/workers/", 302)]
     assert re.search(r"Check \w{12} sent to agent, device\.cpu", page.content.decode())
+
+
+@pytest.mark.parametrize("method, path", [("GET", "workers"), ("POST", "workers/check")])
+def test_the_workers_api_says_the_broker_is_down_instead_of_a_500(
+    engineer: Membership, redis_down_server: str, method: str, path: str
+) -> None:
+    status, answer = ask(f"{redis_down_server}/api/teams/live/{path}", engineer, method=method)
+
+    assert status == 503, answer[:500]
+    error = json.loads(answer)["error"]
+    assert error["code"] == "broker_unavailable"
+    assert "broker (Redis) is not answering" in error["message"]
