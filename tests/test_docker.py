@@ -344,3 +344,15 @@ def test_the_web_port_is_published_on_loopback_only() -> None:
 @pytest.mark.parametrize("port", ["8000:8000", "0.0.0.0:8000:8000", 8000, {"target": 8000}])
 def test_a_port_published_beyond_loopback_is_reported(port: object) -> None:
     assert published_on_all_interfaces({"web": {"ports": [port]}}) == [f"web: {port}"]
+
+
+def test_the_image_records_the_commit_it_was_built_from() -> None:
+    """An image has no git checkout: compose passes KOPE_CODE_VERSION as a build arg and the
+    runtime stage keeps it in the environment the settings read."""
+    build = yaml.safe_load(COMPOSE.read_text())["x-app"]["build"]
+    runtime = DOCKERFILE.read_text().split("AS runtime", 1)[1]
+
+    assert "KOPE_CODE_VERSION" in (build.get("args") or {})
+    assert re.search(r"^ARG KOPE_CODE_VERSION\b", runtime, re.MULTILINE)
+    assert re.search(r"\bKOPE_CODE_VERSION=\$\{KOPE_CODE_VERSION\}", runtime)
+    assert "KOPE_CODE_VERSION" in settings_variables()

@@ -95,7 +95,10 @@ def default_model() -> str:
 
 @functools.cache
 def code_version() -> str:
-    """The commit the workbench runs from (with "+dirty" for local changes), for reproduction."""
+    """The commit the workbench runs from (with "+dirty" for local changes), for reproduction:
+    KOPE_CODE_VERSION where it is set (an image has no checkout), else git's."""
+    if settings.CODE_VERSION:
+        return str(settings.CODE_VERSION)
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, timeout=5, check=True).stdout.strip()  # fmt: skip

@@ -164,6 +164,9 @@ DEVICE_TARGETS = env_choices("KOPE_DEVICE_TARGETS", ["cpu"], DEVICE_QUEUE_NAMES)
 AGENT_QUEUE = "agent"
 # How long the Workers page waits for workers to answer a broadcast ping.
 WORKER_PING_TIMEOUT_S = env_int("KOPE_WORKER_PING_TIMEOUT_MS", 1000, minimum=50) / 1000
+# The commit a session records where the code is no git checkout (a Docker image: its build
+# arg). Blank: asked of git.
+CODE_VERSION = env_str("KOPE_CODE_VERSION")
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
