@@ -381,6 +381,9 @@ def require_newest(version: OperatorVersion, based_on: int | None = None) -> Non
     latest = version.operator.versions.order_by("-number").first()
     if latest is not None and latest.pk != version.pk:
         raise Conflict(f"{version} is not the newest version ({latest}); edit that one")
+    if based_on is not None and based_on > version.number:  # no editor saw it: made up
+        raise DomainError(f"{version.operator.slug} has no version {based_on} (the newest is "
+                          f"version {version.number}); nothing was saved")  # fmt: skip
     if based_on is not None and based_on != version.number:
         raise Conflict(
             f"the edit was made to version {based_on} of {version.operator.slug}, but the newest "

@@ -72,3 +72,16 @@ def test_an_empty_starting_kernel_is_refused_as_a_session_refuses_one(
         "the cpu-c starting kernel is empty; null removes a target's starting kernel"
     )
     assert OperatorVersion.objects.count() == 1 and StartingKernel.objects.count() == 2
+
+
+def test_an_edit_based_on_a_version_that_does_not_exist_is_a_400_saying_so(
+    engineer: Client,
+) -> None:
+    """It was a 409 telling the client to look at the changes of a version made since."""
+    response = patch(engineer, {"name": "Rectifier", "based_on": 7})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "relu has no version 7 (the newest is version 1); nothing was saved"
+    )
+    assert OperatorVersion.objects.count() == 1
