@@ -7,6 +7,7 @@ where a rule has focus."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ def team(transactional_db: None) -> Team:
     evidence = {"operators": ["gemm", "relu", "softmax"], "adoptions": 3, "value": 0.3}
     rule = rule_propose(team=admin.team, source_key="case:1", evidence=evidence,
                         wording=Wording("Unroll every loop by 8", "short loops"))  # fmt: skip
+    journal_append(session_id=sessions[0].pk, kind="context_assembled", payload={
+        "operator": "gemm", "iteration": 0, "tokens": 300, "budget": 12000,
+        "tokens_per_tier": {"hot": 100, "cold": 200}, "admitted": [], "shortened": [], "cut": [],
+        "retrieved": [], "hot_rules": []})  # fmt: skip
     case = recorded_case(sessions[0], gemm, 0, None, "void gemm(void) {}", "start")
     incumbent(sessions[0].pk, case)
     return Team(admin=admin, sessions=sessions, rule=rule)
@@ -110,6 +115,14 @@ def test_a_sessions_status_and_new_events_are_announced_politely(
         # each new event is read on its own, not the whole log again, and the log stays a list
         assert log.get("atomic") is False and "additions" in log.get("relevant", ""), log
         expect(page.locator("#event-log")).to_have_role("list")
+
+
+def test_every_bar_on_a_sessions_page_says_what_it_measures(team: Team, chromium: Browser) -> None:
+    with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
+        bars = page.get_by_role("progressbar")
+        expect(bars).to_have_count(3)  # the tokens spent, and the context's two tiers
+        for bar in bars.all():
+            expect(bar).to_have_accessible_name(re.compile(r"\w"))
 
 
 def test_each_report_form_field_is_described_by_its_help_text(
