@@ -36,6 +36,10 @@ class ImportRequestError(DomainError):
     code = "import_invalid"
     status = 400
 
+    def __init__(self, message: str, *, field: str = "path") -> None:
+        super().__init__(message)
+        self.field = field  # the import form's field at fault
+
 
 @dataclass(frozen=True)
 class ReportLine:
@@ -114,17 +118,20 @@ def import_start(
     """Check the request and record the import; import_execute then does the work."""
     root = checked_folder(path, restrict=restrict)
     if fmt is not None and fmt not in FORMATS:
-        raise ImportRequestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise ImportRequestError(f"format {fmt!r} is not one of {', '.join(FORMATS)}",
+                                 field="format")  # fmt: skip
     if not 0 < scale <= 1:
-        raise ImportRequestError(f"scale {scale:g} must be above 0 and at most 1")
+        raise ImportRequestError(f"scale {scale:g} must be above 0 and at most 1", field="scale")
     if fmt is None:
         fmt = detect_format(root)
     elif not has_layout(root, fmt):
         pattern, problems = LAYOUTS[fmt]
         raise ImportRequestError(f"{root} holds no {problems} ({pattern})")
     if fmt == "npukernelbench" and scale != 1:
-        raise ImportRequestError(f"scale {scale:g} applies to KernelBench problems only; "
-                                 "NPUKernelBench cases state their sizes")  # fmt: skip
+        raise ImportRequestError(
+            f"scale {scale:g} applies to KernelBench problems only; NPUKernelBench cases state "
+            "their sizes", field="scale",
+        )  # fmt: skip
     return ImportRun.objects.create(
         team=team, created_by=user, path=str(root), format=fmt, scale=scale
     )

@@ -13,7 +13,7 @@ from apps.core.errors import Conflict, DomainError
 from apps.core.pages import page_of
 from apps.operators import selectors
 from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
-from apps.operators.importing import import_enqueue, import_start, summary
+from apps.operators.importing import ImportRequestError, import_enqueue, import_start, summary
 from apps.operators.models import Operator, OperatorVersion
 from apps.operators.services import version_edit
 
@@ -152,8 +152,8 @@ def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
                 path=form.cleaned_data["path"], fmt=form.cleaned_data["format"] or None,
                 scale=form.cleaned_data["scale"], team=membership.team, user=request.user,  # type: ignore[arg-type]
             )  # fmt: skip
-        except DomainError as error:
-            form.add_error("path", error.message)
+        except ImportRequestError as error:
+            form.add_error(error.field, error.message)
         else:
             import_enqueue(run)
             return redirect("import-detail", team=membership.team.slug, import_id=run.pk)

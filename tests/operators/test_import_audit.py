@@ -156,3 +156,17 @@ def test_a_csv_column_named_twice_fails_its_operator_instead_of_losing_one(
         npukernelbench.parse_test_cases(f"{header}\n1;[4];[8]\n", where="t.csv")
 
     assert str(refused.value) == f"t.csv line 1: column {column!r} appears more than once"
+
+
+def test_a_scale_refused_on_the_import_form_is_said_under_the_scale(
+    team: Team, settings: Any, client_for: Callable[[Role | str], Client]
+) -> None:
+    settings.KOPE_IMPORT_ROOTS = [SAMPLES]
+    form = {"path": str(SAMPLES / "npukernelbench"), "scale": "0.5"}
+
+    page = client_for(Role.ENGINEER).post("/t/kernels/imports/new/", form)
+
+    text = page.content.decode()
+    assert page.status_code == 400
+    errors = text[text.index('id="id_scale_error"') :]
+    assert "scale 0.5 applies to KernelBench problems only" in errors[: errors.index("</ul>")]
