@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.accounts.services import api_token_create
 from apps.memory.journal import journal_append
 from apps.memory.models import Rule
 from apps.memory.rules import Wording, rule_propose
@@ -250,3 +251,27 @@ def test_what_a_knowledge_base_search_found_is_announced(team: Team, chromium: B
                              ".map((r) => r.textContent)")  # fmt: skip
         assert any(found in text for text in kept), kept
         expect(page.get_by_role("status")).to_have_text(f"Nothing here yet: {found}")
+
+
+@pytest.fixture
+def accounts(team: Team) -> tuple[Team, list[str], list[str]]:
+    """A second member, and two API tokens of the admin's."""
+    viewer = MembershipFactory(team=team.admin.team, role=Role.VIEWER)
+    tokens = ["ci-nightly", "laptop"]
+    for name in tokens:
+        api_token_create(user=team.admin.user, name=name)
+    return team, [team.admin.user.username, viewer.user.username], tokens
+
+
+def test_each_remove_and_revoke_button_names_whom_or_what_it_acts_on(
+    accounts: tuple[Team, list[str], list[str]], chromium: Browser
+) -> None:
+    team, usernames, tokens = accounts
+    with admin_page(chromium, team, f"/accounts/teams/{team.admin.team.slug}/members/") as page:
+        # tabbing through the table, a screen-reader user hears the button, not its row
+        for username in usernames:
+            remove = page.get_by_role("button", name=f"Remove {username}", exact=True)
+            expect(remove).to_be_visible()
+        page.goto(page.url.replace(f"teams/{team.admin.team.slug}/members/", "tokens/"))
+        for name in tokens:
+            expect(page.get_by_role("button", name=f"Revoke {name}", exact=True)).to_be_visible()
