@@ -22,7 +22,7 @@ from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.operators.importers import kernelbench, npukernelbench
 from apps.operators.importers.common import FoundProblem
-from apps.operators.models import ImportRun, Operator
+from apps.operators.models import ImportRun, Operator, SuiteEntry
 from apps.operators.services import ImportProblem, operator_import, suite_set
 
 logger = logging.getLogger(__name__)
@@ -233,8 +233,19 @@ def _suite_for(run: ImportRun, operators: list[Operator]) -> None:
     slug = slugify(f"{run.format}-{folder}")[:64]
     suffix = f" ({run.format})"  # a folder's name may be 255 characters; Suite.name holds 200
     name = Truncator(folder).chars(200 - len(suffix)) + suffix
+    if any(line["outcome"] == FAILED for line in run.report):
+        operators = _with_those_held(run.team, slug, operators)
     suite_set(team=run.team, slug=slug, name=name, operators=operators,
               description=f"Imported from {run.path}.")  # fmt: skip
+
+
+def _with_those_held(team: Team | None, slug: str, operators: list[Operator]) -> list[Operator]:
+    """The suite's operators, then the import's new ones: a problem that failed (a reference
+    that timed out once) stored nothing and keeps its place. Only an import where nothing
+    failed leaves out what is no longer in the folder."""
+    entries = SuiteEntry.objects.filter(suite__team=team, suite__slug=slug)
+    held = [entry.operator for entry in entries.select_related("operator")]
+    return held + [operator for operator in operators if operator not in held]
 
 
 def _finish(run: ImportRun, status: str, *, error: str = "") -> ImportRun:

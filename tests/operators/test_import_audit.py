@@ -170,3 +170,24 @@ def test_a_scale_refused_on_the_import_form_is_said_under_the_scale(
     assert page.status_code == 400
     errors = text[text.index('id="id_scale_error"') :]
     assert "scale 0.5 applies to KernelBench problems only" in errors[: errors.index("</ul>")]
+
+
+@pytest.mark.parametrize("broken", ["4_Raises.py", "3_Broken_syntax.py"])
+def test_a_problem_that_fails_on_a_new_import_keeps_its_operator_in_the_suite(
+    team: Team, tmp_path: Path, broken: str
+) -> None:
+    """Its stored versions are unchanged (a failed problem stores nothing); the suite dropped
+    it, and a session on the suite no longer ran it (a reference that timed out once did it)."""
+    level = tmp_path / "level1"
+    level.mkdir()
+    for name in ("1_ReLU.py", "2_Matmul_with_init.py"):
+        shutil.copy(SAMPLES / "kernelbench" / "level1" / name, level)
+    run_import(tmp_path, team)
+    shutil.copy(SAMPLES / "kernelbench" / "level1" / broken, level / "2_Matmul_with_init.py")
+
+    again = run_import(tmp_path, team)
+
+    assert [line["outcome"] for line in again.report] == ["unchanged", "failed"]
+    suite = Suite.objects.get(team=team)
+    assert [e.operator.slug for e in suite.entries.all()] == [
+        "kb_l1_1_relu", "kb_l1_2_matmul_with_init"]  # fmt: skip
