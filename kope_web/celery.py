@@ -37,4 +37,45 @@ class ResumeOnConnect(bootsteps.StartStopStep):
             logger.exception("queueing the work no worker holds failed")
 
 
+class ResendStalled(bootsteps.StartStopStep):
+    """While an agent worker is connected, it looks for stalled sessions every SWEEP_EVERY_S
+    (`resend_stalled`): a message the broker refused while this worker stayed connected (the
+    web host lost Redis for a moment) is not waited for until the next reconnection."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+    SWEEP_EVERY_S = 30.0
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.sweep: Any = None
+        self.resent: dict[int, int] = {}  # kept across sweeps: a ticket is sent again once
+
+    def start(self, parent: Any) -> None:
+        queues = {queue.name for queue in parent.task_consumer.queues}
+        if app.conf.task_default_queue in queues:  # the agent queue
+            self.sweep = parent.timer.call_repeatedly(self.SWEEP_EVERY_S, self.resend)
+
+    def resend(self) -> None:
+        from django.db import connection
+
+        from apps.runs.tasks import resend_stalled
+
+        try:
+            if sent := resend_stalled(self.resent):
+                logger.warning("sessions %s had stalled: their next iteration is queued again",
+                               sent)  # fmt: skip
+        except Exception:  # the database or the broker went: the next sweep tries again
+            logger.exception("looking for stalled sessions failed")
+        finally:
+            connection.close()  # none kept open in the worker's main process between sweeps
+
+    def stop(self, parent: Any) -> None:
+        if self.sweep is not None:
+            self.sweep.cancel()
+            self.sweep = None
+
+    shutdown = stop
+
+
 app.steps["consumer"].add(ResumeOnConnect)
+app.steps["consumer"].add(ResendStalled)

@@ -136,17 +136,21 @@ def enqueue_advance(session_id: int) -> None:
         transaction.on_commit(lambda: publish_advance(session_id, ticket))
 
 
-def publish_advance(session_id: int, ticket: int) -> None:
-    """Send the message. The session is committed by now: a broker that refuses it must not
-    turn a launch, resume or stop into a 500 (whose retry would launch again); the session
-    keeps its ticket, and a worker queues it as it connects to the broker (`resume_orphaned`)."""
+def publish_advance(session_id: int, ticket: int) -> bool:
+    """Send the message; False when the broker refused it. The session is committed by now: a
+    broker that refuses it must not turn a launch, resume or stop into a 500 (whose retry
+    would launch again); the session keeps its ticket, and a worker queues it as it connects
+    to the broker (`resume_orphaned`), or, connected all along, once it has stalled
+    (`resend_stalled`)."""
     from apps.runs.tasks import advance_session
 
     try:
         advance_session.delay(session_id, ticket)
     except Exception:  # kombu's OperationalError (Redis), ChannelError (the folder broker), ...
-        logger.exception("session %s: the broker refused its next iteration; a worker queues "
-                         "it as it connects to the broker", session_id)  # fmt: skip
+        logger.exception("session %s: the broker refused its next iteration; an agent worker "
+                         "queues it again in a few minutes", session_id)  # fmt: skip
+        return False
+    return True
 
 
 def _locked(session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:

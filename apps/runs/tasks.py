@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from celery import Task, shared_task
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
 
+from apps.memory.models import JournalEvent
 from apps.runs.models import OptimizationSession
 
 logger = logging.getLogger(__name__)
+
+ACTIVE = (OptimizationSession.Status.QUEUED, OptimizationSession.Status.RUNNING,
+          OptimizationSession.Status.STOPPING)  # fmt: skip
+# A session that should be running, that no worker holds and whose journal has not moved for
+# this long has lost its message, or waits behind a backlog (an iteration holds the lock).
+STALLED_AFTER = timedelta(minutes=3)
 
 
 # No queue named: the default queue (CELERY_TASK_DEFAULT_QUEUE) is the agent queue.
@@ -86,16 +96,62 @@ def resume_orphaned() -> int:
     from apps.runs.loop import session_is_locked
     from apps.runs.services import enqueue_advance
 
-    status = OptimizationSession.Status
-    active = (status.QUEUED, status.RUNNING, status.STOPPING)
     resumed = 0
     for session_id in OptimizationSession.objects.filter(
-        status__in=active, ticket__gt=0
+        status__in=ACTIVE, ticket__gt=0
     ).values_list("pk", flat=True):
         if not session_is_locked(session_id):
             enqueue_advance(session_id)
             resumed += 1
     return resumed
+
+
+def resend_stalled(resent: dict[int, int]) -> list[int]:
+    """Send each stalled session's message again, with the ticket it has, and return their
+    ids: a launch whose message the broker refused while the workers stayed connected (the
+    web host lost Redis for a moment) runs without waiting for a worker to reconnect. One
+    waiting behind a backlog keeps its place; of its two messages, the second to arrive finds
+    the session taken or its ticket gone. `resent` (the caller's, kept between calls) holds
+    the ticket each was last sent again with, so a ticket is sent again once per caller."""
+    from apps.runs.services import publish_advance
+
+    stalled = stalled_sessions()
+    sent = [pk for pk, ticket in stalled.items()
+            if resent.get(pk) != ticket and publish_advance(pk, ticket)]  # fmt: skip
+    for pk in set(resent) - set(stalled):
+        del resent[pk]
+    resent.update((pk, stalled[pk]) for pk in sent)
+    return sent
+
+
+def stalled_sessions() -> dict[int, int]:
+    """The ticket of each queued, running or stopping session that no worker holds and that
+    has not moved (made, or its latest journal event) for STALLED_AFTER."""
+    quiet_since = timezone.now() - STALLED_AFTER
+    latest_event = JournalEvent.objects.filter(session=OuterRef("pk")).order_by("-seq")
+    rows = (
+        OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0,
+                                           created_at__lt=quiet_since)
+        .annotate(moved_at=Subquery(latest_event.values("created_at")[:1]))
+        .filter(Q(moved_at=None) | Q(moved_at__lt=quiet_since))
+        .values_list("pk", "ticket")
+    )  # fmt: skip
+    held = sessions_held()
+    return {pk: ticket for pk, ticket in rows if pk not in held}
+
+
+def sessions_held() -> set[int]:
+    """The sessions whose advisory lock a worker holds, read without taking one: trying it
+    would turn away the advancer that came for it at that moment."""
+    from apps.runs.loop import LOCK_NAMESPACE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
+            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())", [LOCK_NAMESPACE],
+        )  # fmt: skip
+        return {int(objid) for (objid,) in cursor.fetchall()}
 
 
 @shared_task(name="runs.embed_cold_start_documents", acks_late=True, ignore_result=True,

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -31,6 +32,7 @@ from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create
 from apps.memory.models import JournalEvent
 from apps.runs.models import OptimizationSession
+from apps.runs.tasks import STALLED_AFTER
 from tests.browser.conftest import free_port
 from tests.core.test_database_outage import create_session
 from tests.factories import MembershipFactory, TeamFactory
@@ -185,4 +187,36 @@ def test_a_launch_while_redis_is_down_runs_when_the_workers_reconnect(
             explain=lambda: agent.output[-3000:],
         )  # fmt: skip
 
+    assert JournalEvent.objects.filter(session_id=session_id, kind="case_recorded").exists()
+
+
+def test_a_launch_the_web_process_could_not_send_runs_while_the_workers_stay_connected(
+    redis_server: RedisServer, transactional_db: None
+) -> None:
+    """The web host lost Redis for a moment (here: the web process has a Redis address
+    nothing answers at), the workers never did, so none reconnects: an agent worker's sweep
+    sends the stalled session's message again. The session is aged instead of waiting
+    STALLED_AFTER out; the sweep comes within half a minute."""
+    small_vector_add()
+    membership = MembershipFactory(team=TeamFactory(slug="blip"), role=Role.ENGINEER)
+    token = api_token_create(user=membership.user, name="blip").plaintext
+    env = {**process_env("single-machine"), "REDIS_URL": redis_server.url}
+    unreachable = f"redis://127.0.0.1:{free_port()}/0"
+
+    with (
+        daphne({**env, "REDIS_URL": unreachable}) as url,
+        celery_worker(env, "agent", "agent@blip") as agent,
+        celery_worker(env, "device.cpu", "device@blip"),
+    ):
+        session_id = create_session(url, {"Authorization": f"Bearer {token}"}, team="blip")
+        launched = OptimizationSession.objects.filter(pk=session_id)
+        assert list(launched.values_list("status", "ticket")) == [("queued", 1)]
+        launched.update(created_at=timezone.now() - STALLED_AFTER)
+        wait_until(
+            lambda: launched.get().status == "finished", 240,
+            "the session to finish without a worker reconnecting",
+            explain=lambda: agent.output[-3000:],
+        )  # fmt: skip
+
+    assert "Connection to broker lost" not in agent.output
     assert JournalEvent.objects.filter(session_id=session_id, kind="case_recorded").exists()
