@@ -275,3 +275,13 @@ def test_each_remove_and_revoke_button_names_whom_or_what_it_acts_on(
         page.goto(page.url.replace(f"teams/{team.admin.team.slug}/members/", "tokens/"))
         for name in tokens:
             expect(page.get_by_role("button", name=f"Revoke {name}", exact=True)).to_be_visible()
+
+
+def test_each_review_cards_controls_name_their_rule(team: Team, chromium: Browser) -> None:
+    rule = team.rule.pk
+    with admin_page(chromium, team, team.path("review/")) as page:
+        # a queue of cards each with "Approve v1", "Veto reason" and "Veto": which rule's?
+        for role, name in (("button", f"Approve v1 of rule {rule}"),
+                           ("textbox", f"Veto reason for rule {rule}"),
+                           ("button", f"Veto rule {rule}")):  # fmt: skip
+            expect(page.get_by_role(role, name=name, exact=True)).to_be_visible()
