@@ -18,7 +18,7 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerDown
 
-from apps.accounts.models import ApiToken, IdempotentRequest, Team
+from apps.accounts.models import ApiToken, IdempotentRequest, Membership, Team
 from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create
 from apps.core.idempotency import fingerprint
@@ -299,3 +299,21 @@ def test_the_openapi_document_offers_the_key_on_every_change_but_the_token(db: N
     assert takes_key("/api/tokens/{token_id}", "delete")
     assert not takes_key("/api/teams/{slug}/sessions", "get")
     assert not takes_key("/api/tokens", "post")
+
+
+def test_a_member_removed_since_gets_what_the_request_now_gets_not_the_kept_answer(
+    team: Team, admin: User
+) -> None:
+    client = script(admin)
+    launched = post(client, sessions_url(team), LAUNCH)
+    Membership.objects.filter(user=admin, team=team).delete()
+
+    replayed = post(client, sessions_url(team), LAUNCH)
+
+    assert launched.status_code == 201
+    assert replayed.status_code == 404 and "Idempotent-Replayed" not in replayed
+    assert replayed.content == post(client, sessions_url(team), LAUNCH, key=None).content
+    admin.is_active = False  # a deactivated user is not let in at all
+    admin.save(update_fields=["is_active"])
+    assert post(client, sessions_url(team), LAUNCH).status_code == 401
+    assert OptimizationSession.objects.count() == 1

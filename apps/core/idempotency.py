@@ -4,7 +4,9 @@ A script that lost the answer to a POST (a dropped connection, a timeout) sends 
 the same key and gets the answer the first one got, instead of a second session or token.
 Keys are the user's, kept for a day. Only a success is kept: a refused request changed
 nothing, so its retry runs again. Follows draft-ietf-httpapi-idempotency-key-header: 422 for a
-key sent again with another request, 409 while the first is still being answered.
+key sent again with another request, 409 while the first is still being answered. A team's
+answer is replayed only to a member of the team: one removed since gets the 404 the request
+now gets (a role changed since is not checked again: what each operation needs is in its code).
 
 Two wrappers share the work, because ninja knows the caller only after authentication and the
 answer's bytes only after serialization: `claim_or_replay` runs as the operation (the user is
@@ -28,6 +30,8 @@ from django.http.response import HttpResponseBase
 from django.utils import timezone
 
 from apps.accounts.models import IdempotentRequest
+from apps.accounts.roles import Permission
+from apps.accounts.selectors import membership_for
 from apps.core.errors import Conflict, DomainError
 
 HEADER = "Idempotency-Key"
@@ -116,9 +120,11 @@ def claim_or_replay(view: Callable[..., Any]) -> Callable[..., Any]:
         if refused := getattr(view, "idempotency_refused", None):
             raise DomainError(f"This request takes no {HEADER}: {refused}")
         kept = claim(request, int(request.user.pk), key)
-        if kept is not None:
-            return kept
-        return view(request, *args, **kwargs)
+        if kept is None:
+            return view(request, *args, **kwargs)
+        if "slug" in kwargs:  # a team's: one who has left it gets the 404 the request now gets
+            membership_for(request.user, kwargs["slug"], Permission.VIEW)
+        return kept
 
     return once
 
