@@ -122,7 +122,10 @@
       rows.push(document.createElement("tr"));
       rows[0].append(none);
     }
+    // A reader on a row's link keeps their place when the rows are drawn again.
+    const focused = table.contains(document.activeElement) && document.activeElement.getAttribute("href");
     table.tBodies[0].replaceChildren(...rows);
+    if (focused) table.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
   }
 
   function draw() {

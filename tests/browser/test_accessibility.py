@@ -22,6 +22,7 @@ from apps.accounts.services import api_token_create
 from apps.memory.journal import journal_append
 from apps.memory.models import Rule
 from apps.memory.rules import Wording, rule_propose
+from apps.operators.models import OperatorVersion
 from apps.reports.models import Export
 from apps.reports.views import LISTED
 from apps.runs.models import OptimizationSession
@@ -285,3 +286,25 @@ def test_each_review_cards_controls_name_their_rule(team: Team, chromium: Browse
                            ("textbox", f"Veto reason for rule {rule}"),
                            ("button", f"Veto rule {rule}")):  # fmt: skip
             expect(page.get_by_role(role, name=name, exact=True)).to_be_visible()
+
+
+def another_case(session: OptimizationSession) -> None:
+    gemm = OperatorVersion.objects.get(operator__slug="gemm")
+    recorded_case(session, gemm, 1, None, "void gemm(void) { /* tiled */ }", "tile")
+
+
+def test_a_link_focused_in_the_attempts_table_keeps_focus_as_cases_arrive(
+    team: Team, chromium: Browser
+) -> None:
+    session = team.sessions[0]
+    with admin_page(chromium, team, team.path(f"sessions/{session.pk}/")) as page:
+        expect(page.locator("#live-status")).to_have_text("live")
+        page.get_by_text("Every attempt as a table").click()
+        rows = page.locator("#latency-table tbody tr")
+        expect(rows).to_have_count(1)
+        first = rows.first.get_by_role("link")
+        first.focus()
+        in_another_thread(lambda: another_case(session))  # the chart and table are drawn again
+        expect(rows).to_have_count(2)
+        # a reader going down the table is not thrown back to the top of the page
+        expect(first).to_be_focused()
