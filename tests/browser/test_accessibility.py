@@ -85,6 +85,14 @@ def admin_page(chromium: Browser, team: Team, path: str) -> Iterator[Page]:
         yield page
 
 
+@contextmanager
+def session_page(chromium: Browser, team: Team) -> Iterator[Page]:
+    """The team's first session's page once its socket is live."""
+    with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
+        expect(page.locator("#live-status")).to_have_text("live")
+        yield page
+
+
 def live_region(page: Page, selector: str) -> dict[str, Any]:
     """The live-region properties Chromium gives a screen reader for the element: those of
     the element or of its nearest ancestor that is a live region; {} when it is in none."""
@@ -106,8 +114,7 @@ def live_region(page: Page, selector: str) -> dict[str, Any]:
 def test_a_sessions_status_and_new_events_are_announced_politely(
     team: Team, chromium: Browser
 ) -> None:
-    with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
-        expect(page.locator("#live-status")).to_have_text("live")
+    with session_page(chromium, team) as page:
         for status in ("#session-status", "#live-status"):
             region = live_region(page, status)
             assert region.get("live") == "polite", f"{status} changes silently: {region}"
@@ -120,7 +127,7 @@ def test_a_sessions_status_and_new_events_are_announced_politely(
 
 
 def test_every_bar_on_a_sessions_page_says_what_it_measures(team: Team, chromium: Browser) -> None:
-    with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
+    with session_page(chromium, team) as page:
         bars = page.get_by_role("progressbar")
         expect(bars).to_have_count(3)  # the tokens spent, and the context's two tiers
         for bar in bars.all():
@@ -217,8 +224,7 @@ def test_an_opened_incumbent_kernel_stays_open_and_focused_as_the_operators_refr
     team: Team, chromium: Browser
 ) -> None:
     session = team.sessions[0]
-    with admin_page(chromium, team, team.path(f"sessions/{session.pk}/")) as page:
-        expect(page.locator("#live-status")).to_have_text("live")
+    with session_page(chromium, team) as page:
         kernel = page.locator("#operators details")
         summary = kernel.locator("summary")
         summary.focus()
@@ -297,8 +303,7 @@ def test_a_link_focused_in_the_attempts_table_keeps_focus_as_cases_arrive(
     team: Team, chromium: Browser
 ) -> None:
     session = team.sessions[0]
-    with admin_page(chromium, team, team.path(f"sessions/{session.pk}/")) as page:
-        expect(page.locator("#live-status")).to_have_text("live")
+    with session_page(chromium, team) as page:
         page.get_by_text("Every attempt as a table").click()
         rows = page.locator("#latency-table tbody tr")
         expect(rows).to_have_count(1)
