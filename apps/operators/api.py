@@ -10,6 +10,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
+from pydantic import ConfigDict
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
@@ -62,6 +63,8 @@ class OperatorOut(OperatorSummaryOut):
 
 
 class OperatorEditIn(Schema):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 422, not an edit of nothing
+
     name: str | None = Field(None, max_length=200)
     description: str | None = Field(None, max_length=20_000)
     max_abs: RealNumber | None = Field(None, gt=0)
@@ -85,6 +88,8 @@ class SuiteOut(Schema):
 
 
 class ImportIn(Schema):
+    model_config = ConfigDict(extra="forbid")  # {"Scale": 0.1} imported at scale 1
+
     path: str = Field(..., max_length=500)
     format: str | None = Field(None, description="kernelbench or npukernelbench; default: detect")
     scale: RealNumber = Field(1.0, gt=0, le=1)

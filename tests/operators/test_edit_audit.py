@@ -85,3 +85,14 @@ def test_an_edit_based_on_a_version_that_does_not_exist_is_a_400_saying_so(
         "relu has no version 7 (the newest is version 1); nothing was saved"
     )
     assert OperatorVersion.objects.count() == 1
+
+
+def test_a_misspelt_field_is_a_422_naming_it_not_an_edit_that_changed_nothing(
+    engineer: Client,
+) -> None:
+    response = patch(engineer, {"maxabs": 0.01})
+
+    assert response.status_code == 422
+    [detail] = response.json()["error"]["details"]
+    assert detail["loc"][-1] == "maxabs" and detail["type"] == "extra_forbidden"
+    assert OperatorVersion.objects.count() == 1

@@ -191,3 +191,19 @@ def test_a_problem_that_fails_on_a_new_import_keeps_its_operator_in_the_suite(
     suite = Suite.objects.get(team=team)
     assert [e.operator.slug for e in suite.entries.all()] == [
         "kb_l1_1_relu", "kb_l1_2_matmul_with_init"]  # fmt: skip
+
+
+def test_a_misspelt_import_field_is_a_422_naming_it_not_a_default(
+    team: Team, settings: Any, client_for: Callable[[Role | str], Client]
+) -> None:
+    """{"Scale": 0.1} imported at scale 1: GPU-scale sizes on the CPU."""
+    settings.KOPE_IMPORT_ROOTS = [SAMPLES]
+    body = {"path": str(SAMPLES / "kernelbench" / "level2"), "Scale": 0.1}
+
+    started = client_for(Role.ENGINEER).post("/api/teams/kernels/imports", body,
+                                             content_type="application/json")  # fmt: skip
+
+    assert started.status_code == 422
+    [detail] = started.json()["error"]["details"]
+    assert detail["loc"][-1] == "Scale" and detail["type"] == "extra_forbidden"
+    assert not ImportRun.objects.exists()
