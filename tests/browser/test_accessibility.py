@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -19,8 +20,10 @@ from playwright.sync_api import Browser, Page, expect
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create
+from apps.devices.services import evaluation_execute
+from apps.memory.compare_views import profile_start
 from apps.memory.journal import journal_append
-from apps.memory.models import Rule
+from apps.memory.models import Case, Rule
 from apps.memory.rules import Wording, rule_propose
 from apps.operators.models import OperatorVersion
 from apps.reports.models import Export
@@ -28,7 +31,7 @@ from apps.reports.views import LISTED
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
-from tests.memory.test_compare_pages import recorded_case
+from tests.memory.test_compare_pages import recorded_case, small_vector_add, two_cases
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
@@ -81,7 +84,7 @@ def admin_page(chromium: Browser, team: Team, path: str) -> Iterator[Page]:
     """`path` as the team's admin sees it, served by a Daphne of its own."""
     with daphne(process_env("single-machine")) as url:
         page = chromium.new_page()
-        log_in(page, url, team.admin, path)
+        log_in(page, url, team.admin, quote(path, safe="/"))  # its query, whole, is `next`
         yield page
 
 
@@ -313,3 +316,27 @@ def test_a_link_focused_in_the_attempts_table_keeps_focus_as_cases_arrive(
         expect(rows).to_have_count(2)
         # a reader going down the table is not thrown back to the top of the page
         expect(first).to_be_focused()
+
+
+@pytest.fixture
+def half_profiled(team: Team) -> tuple[Team, int, int]:
+    """Two measured cases: A profiled, B's profile on its way (the page polls for it)."""
+    admin = team.admin
+    a, b = two_cases(admin.team, small_vector_add(), evaluate=True)
+    evaluation_execute(profile_start(admin.team, Case.objects.get(pk=a), admin.user).pk,
+                       max_attempts=1)  # fmt: skip
+    profile_start(admin.team, Case.objects.get(pk=b), admin.user)  # no worker takes it
+    return team, a, b
+
+
+def test_a_focused_profile_link_keeps_focus_while_the_other_profile_is_made(
+    half_profiled: tuple[Team, int, int], chromium: Browser
+) -> None:
+    team, a, b = half_profiled
+    with admin_page(chromium, team, team.path(f"compare/?a={a}&b={b}")) as page:
+        trace = page.get_by_role("link", name="Chrome Trace JSON")
+        expect(trace).to_have_count(1)
+        trace.focus()
+        page.evaluate("() => { window.shown = document.getElementById('profiles'); }")
+        page.wait_for_function("() => document.getElementById('profiles') !== window.shown")
+        expect(trace).to_be_focused()
