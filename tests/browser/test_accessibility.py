@@ -25,7 +25,7 @@ from apps.memory.compare_views import profile_start
 from apps.memory.journal import journal_append
 from apps.memory.models import Case, Rule
 from apps.memory.rules import Wording, rule_propose
-from apps.operators.models import OperatorVersion
+from apps.operators.models import ImportRun, OperatorVersion
 from apps.reports.models import Export
 from apps.reports.views import LISTED
 from apps.runs.models import OptimizationSession
@@ -94,6 +94,16 @@ def session_page(chromium: Browser, team: Team) -> Iterator[Page]:
     with admin_page(chromium, team, team.path(f"sessions/{team.sessions[0].pk}/")) as page:
         expect(page.locator("#live-status")).to_have_text("live")
         yield page
+
+
+def mark_shown(page: Page, selector: str) -> None:
+    """Keep the element shown now, to tell when htmx has swapped another in its place."""
+    page.evaluate("selector => { window.shown = document.querySelector(selector); }", selector)
+
+
+def wait_until_swapped(page: Page, selector: str) -> None:
+    page.wait_for_function("selector => document.querySelector(selector) !== window.shown",
+                           arg=selector)  # fmt: skip
 
 
 def live_region(page: Page, selector: str) -> dict[str, Any]:
@@ -217,8 +227,8 @@ def test_a_link_focused_in_the_exports_list_keeps_focus_as_the_list_refreshes(
         for link in (page.get_by_role("link", name="knowledge.md"),
                      page.get_by_role("link", name="older")):  # fmt: skip
             link.focus()
-            page.evaluate("() => { window.shown = document.getElementById('exports'); }")
-            page.wait_for_function("() => document.getElementById('exports') !== window.shown")
+            mark_shown(page, "#exports")
+            wait_until_swapped(page, "#exports")
             # a keyboard user reading the list is not thrown back to the top of the page
             expect(link).to_be_focused()
 
@@ -233,10 +243,10 @@ def test_an_opened_incumbent_kernel_stays_open_and_focused_as_the_operators_refr
         summary.focus()
         page.keyboard.press("Enter")
         expect(kernel).to_have_attribute("open", "")
-        page.evaluate("() => { window.shown = document.querySelector('#operators table'); }")
+        mark_shown(page, "#operators table")
         case = int(page.locator("#event-log a").first.inner_text().removeprefix("case "))
         in_another_thread(lambda: incumbent(session.pk, case))  # the table is fetched again
-        page.wait_for_function("() => document.querySelector('#operators table') !== window.shown")
+        wait_until_swapped(page, "#operators table")
         # the reader keeps their place: the kernel they opened, with focus where it was
         expect(kernel).to_have_attribute("open", "")
         expect(summary).to_be_focused()
@@ -250,10 +260,10 @@ LIVE_REGIONS = """() => { window.regions = [...document.querySelectorAll(
 def test_what_a_knowledge_base_search_found_is_announced(team: Team, chromium: Browser) -> None:
     with admin_page(chromium, team, team.path("knowledge/")) as page:
         page.evaluate(LIVE_REGIONS)
-        page.evaluate("() => { window.shown = document.getElementById('results'); }")
+        mark_shown(page, "#results")
         page.get_by_label("Kind").select_option("rule")
         page.get_by_role("button", name="Search").click()  # htmx swaps the results in place
-        page.wait_for_function("() => document.getElementById('results') !== window.shown")
+        wait_until_swapped(page, "#results")
         found = "No item matches these filters."  # the team's memory holds no rule yet
         expect(page.locator("#results")).to_contain_text(found)
         # a live region announces a change only if it was there before the change
@@ -337,6 +347,28 @@ def test_a_focused_profile_link_keeps_focus_while_the_other_profile_is_made(
         trace = page.get_by_role("link", name="Chrome Trace JSON")
         expect(trace).to_have_count(1)
         trace.focus()
-        page.evaluate("() => { window.shown = document.getElementById('profiles'); }")
-        page.wait_for_function("() => document.getElementById('profiles') !== window.shown")
+        mark_shown(page, "#profiles")
+        wait_until_swapped(page, "#profiles")
         expect(trace).to_be_focused()
+
+
+@pytest.fixture
+def importing(team: Team) -> tuple[Team, int]:
+    """An import still running, one operator of it imported already."""
+    line = {"problem": "1_gemm.py", "outcome": "imported", "operator": "gemm", "version": 1,
+            "reason": ""}  # fmt: skip
+    run = ImportRun.objects.create(team=team.admin.team, path="/imports/kb", format="kernelbench",
+                                   status="running", total=2, done=1, report=[line])  # fmt: skip
+    return team, run.pk
+
+
+def test_a_focused_operator_link_keeps_focus_while_an_import_runs(
+    importing: tuple[Team, int], chromium: Browser
+) -> None:
+    team, run = importing
+    with admin_page(chromium, team, team.path(f"imports/{run}/")) as page:
+        operator = page.get_by_role("link", name="gemm v1")
+        operator.focus()
+        mark_shown(page, "#import-progress")
+        wait_until_swapped(page, "#import-progress")
+        expect(operator).to_be_focused()
