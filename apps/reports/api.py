@@ -19,7 +19,7 @@ from apps.core.errors import DomainError, NotFound
 from apps.core.numbers import WholeNumber
 from apps.reports.models import Export
 from apps.reports.selectors import team_exports
-from apps.reports.services import MAX_IMPORT_BYTES, export_request, knowledge_import
+from apps.reports.services import export_request, knowledge_import, upload_bytes
 
 router = Router(tags=["reports"])
 
@@ -112,9 +112,6 @@ def import_knowledge(request: HttpRequest, slug: str, file: File[UploadedFile]) 
     """A knowledge-base JSON export of another team: its approved and pending rules become
     this team's pending candidates (reviewers and admins)."""
     team = membership_for(request.user, slug, Permission.REVIEW).team
-    if file.size is not None and file.size > MAX_IMPORT_BYTES:
-        raise DomainError(f"the file is {file.size} bytes; the limit is {MAX_IMPORT_BYTES}")
-    raw = file.read(MAX_IMPORT_BYTES + 1)
     export = knowledge_import(team=team, user=request.user, filename=file.name or "upload.json",
-                              raw=raw)  # fmt: skip
+                              raw=upload_bytes(file))  # fmt: skip
     return Status(201, export_out(export))

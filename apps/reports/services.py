@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from django.core.files.uploadedfile import UploadedFile
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -241,6 +242,14 @@ def knowledge_import_done(team: Team, raw: bytes, record: Callable[..., Export])
     export.filename = f"import-{export.pk}-summary.json"
     export.save(update_fields=["filename"])
     return export
+
+
+def upload_bytes(upload: UploadedFile) -> bytes:
+    """An uploaded knowledge file's bytes: one over MAX_IMPORT_BYTES is refused by its size
+    before it is read (the upload is on disk; read whole, a huge one would fill the memory)."""
+    if upload.size is not None and upload.size > MAX_IMPORT_BYTES:
+        raise ImportFileError(f"the file is {upload.size} bytes; at most {MAX_IMPORT_BYTES}")
+    return upload.read(MAX_IMPORT_BYTES + 1)
 
 
 def import_record(*, team: Team, filename: str, started_at: datetime, **fields: Any) -> Export:

@@ -23,7 +23,7 @@ from apps.reports.forms import (
 )
 from apps.reports.models import Export
 from apps.reports.selectors import session_choices, team_exports
-from apps.reports.services import export_request, knowledge_import
+from apps.reports.services import export_request, knowledge_import, upload_bytes
 
 LISTED = 200  # exports a page
 
@@ -99,7 +99,7 @@ def knowledge_import_view(request: HttpRequest, membership: Membership) -> HttpR
                 team=membership.team,
                 user=request.user,
                 filename=upload.name or "upload",
-                raw=upload.read(),
+                raw=upload_bytes(upload),
             )
         except DomainError as error:
             form.add_error("file", error.message)
