@@ -244,12 +244,12 @@ def knowledge_import_done(team: Team, raw: bytes, record: Callable[..., Export])
     return export
 
 
-def upload_bytes(upload: UploadedFile) -> bytes:
+def upload_bytes(upload: UploadedFile[Any]) -> bytes:
     """An uploaded knowledge file's bytes: one over MAX_IMPORT_BYTES is refused by its size
     before it is read (the upload is on disk; read whole, a huge one would fill the memory)."""
     if upload.size is not None and upload.size > MAX_IMPORT_BYTES:
         raise ImportFileError(f"the file is {upload.size} bytes; at most {MAX_IMPORT_BYTES}")
-    return upload.read(MAX_IMPORT_BYTES + 1)
+    return bytes(upload.read(MAX_IMPORT_BYTES + 1))
 
 
 def import_record(*, team: Team, filename: str, started_at: datetime, **fields: Any) -> Export:
