@@ -8,6 +8,7 @@ timings are printed and written to docs/gpu/<date>-<gpu>.md.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import time
@@ -56,6 +57,8 @@ class Command(BaseCommand):
                 "CUDA GPU; run it on a CUDA host (--allow-interpreter dry-runs the "
                 "correctness path in Triton's interpreter instead)."
             )
+        out_dir = Path(options["output_dir"])
+        output_dir_check(out_dir)  # before the run, which takes minutes: not after it
         where = device.name if device else "no GPU (Triton interpreter, correctness only)"
         header = [
             f"# GPU check, {date.today().isoformat()}, {where}",
@@ -76,8 +79,7 @@ class Command(BaseCommand):
         rows = [self.check_operator(slug.strip(), options["repeats"])
                 for slug in options["operators"].split(",") if slug.strip()]  # fmt: skip
         lines = header + table(rows)
-        path = Path(options["output_dir"]) / f"{date.today().isoformat()}-{slug_of(where)}.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{date.today().isoformat()}-{slug_of(where)}.md"
         path.write_text("\n".join(lines) + "\n")
         self.stdout.write("\n".join(table(rows)))
         self.stdout.write(f"\nwritten to {path}")
@@ -103,6 +105,18 @@ class Command(BaseCommand):
         row["seconds"] = time.monotonic() - started
         self.stdout.write(row_line(row))
         return row
+
+
+def output_dir_check(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror
+    else:
+        if os.access(out_dir, os.W_OK):
+            return
+        reason = "permission denied"
+    raise CommandError(f"--output-dir {out_dir}: not a folder it can write to: {reason}")
 
 
 def summarise(slug: str, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
