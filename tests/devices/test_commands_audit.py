@@ -21,3 +21,29 @@ def test_gpu_check_refuses_an_output_dir_it_cannot_write_before_it_runs(tmp_path
         call_command("gpu_check", "--allow-interpreter", "--operators", "vector_add",
                      "--repeats", "1", "--output-dir", str(taken), stdout=out)  # fmt: skip
     assert "vector_add" not in out.getvalue()  # nothing was evaluated
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (["--operators", ","], "--operators names no operator"),
+        (["--operators", ""], "--operators names no operator"),
+        (["--operators", "vector_add,nosuch"], "--operators: no built-in operator 'nosuch'"),
+        (["--operators", "vector_add,gemm"],
+         r"--operators: gemm has no Triton starting kernel \(naive_triton.py\)"),
+        (["--repeats", "0"], "--repeats 0: must be at least 1"),
+        (["--repeats", "-2"], "--repeats -2: must be at least 1"),
+    ],
+)  # fmt: skip
+def test_gpu_check_refuses_operators_and_repeats_it_cannot_use_before_it_runs(
+    tmp_path: Path, arguments: list[str], reason: str
+) -> None:
+    """An --operators naming none wrote an empty report; an unknown operator or one without a
+    Triton kernel stopped the run after the operators before it, with the KeyError's quotes
+    around the message; --repeats 0 ran once under a report header that said 0."""
+    out = StringIO()
+    with pytest.raises(CommandError, match=f"^{reason}$"):
+        call_command("gpu_check", "--allow-interpreter", "--output-dir", str(tmp_path),
+                     *arguments, stdout=out)  # fmt: skip
+    assert "vector_add" not in out.getvalue()  # nothing was evaluated
+    assert list(tmp_path.iterdir()) == []

@@ -23,6 +23,7 @@ from apps.devices.evaluator import EvalSettings, EvaluationError
 from apps.devices.gpu.device import cuda_device, no_device_reason, triton_version
 from apps.devices.gpu.suite import builtin_folder, folder_under_test
 from apps.devices.targets import target_get
+from apps.operators.builtin_suite import OperatorFolder
 
 SMALL_SUITE = ("vector_add", "relu", "row_sum", "transpose_2d", "cumsum")
 REPORT_DIR = Path(settings.BASE_DIR) / "docs" / "gpu"
@@ -57,8 +58,12 @@ class Command(BaseCommand):
                 "CUDA GPU; run it on a CUDA host (--allow-interpreter dry-runs the "
                 "correctness path in Triton's interpreter instead)."
             )
+        # Before the run, which takes minutes, not after it.
+        folders = triton_folders(options["operators"])
+        if options["repeats"] < 1:
+            raise CommandError(f"--repeats {options['repeats']}: must be at least 1")
         out_dir = Path(options["output_dir"])
-        output_dir_check(out_dir)  # before the run, which takes minutes: not after it
+        output_dir_check(out_dir)
         where = device.name if device else "no GPU (Triton interpreter, correctness only)"
         header = [
             f"# GPU check, {date.today().isoformat()}, {where}",
@@ -76,35 +81,45 @@ class Command(BaseCommand):
             "",
         ]
         self.stdout.write("\n".join(header))
-        rows = [self.check_operator(slug.strip(), options["repeats"])
-                for slug in options["operators"].split(",") if slug.strip()]  # fmt: skip
+        rows = [self.check_operator(folder, options["repeats"]) for folder in folders]
         lines = header + table(rows)
         path = out_dir / f"{date.today().isoformat()}-{slug_of(where)}.md"
         path.write_text("\n".join(lines) + "\n")
         self.stdout.write("\n".join(table(rows)))
         self.stdout.write(f"\nwritten to {path}")
 
-    def check_operator(self, slug: str, repeats: int) -> dict[str, Any]:
-        try:
-            folder = builtin_folder(slug)
-        except KeyError as error:
-            raise CommandError(str(error)) from None
-        if not folder.triton_source:
-            raise CommandError(f"{slug} has no Triton starting kernel (naive_triton.py)")
+    def check_operator(self, folder: OperatorFolder, repeats: int) -> dict[str, Any]:
         operator = folder_under_test(folder)
         options = EvalSettings.from_settings(seeds=1)
         verdicts, started = [], time.monotonic()
-        for _ in range(max(1, repeats)):
+        for _ in range(repeats):
             try:
                 verdicts.append(target_get("triton").evaluate(operator, folder.triton_source,
                                                                options))  # fmt: skip
             except EvaluationError as error:
                 verdicts.append({"status": "failed", "reason": str(error), "timed": None,
                                  "flags": []})  # fmt: skip
-        row = summarise(slug, verdicts)
+        row = summarise(folder.spec.slug, verdicts)
         row["seconds"] = time.monotonic() - started
         self.stdout.write(row_line(row))
         return row
+
+
+def triton_folders(operators: str) -> list[OperatorFolder]:
+    slugs = [slug.strip() for slug in operators.split(",") if slug.strip()]
+    if not slugs:
+        raise CommandError("--operators names no operator")
+    folders = []
+    for slug in slugs:
+        try:
+            folder = builtin_folder(slug)
+        except KeyError:
+            raise CommandError(f"--operators: no built-in operator {slug!r}") from None
+        if not folder.triton_source:
+            raise CommandError(f"--operators: {slug} has no Triton starting kernel "
+                               "(naive_triton.py)")  # fmt: skip
+        folders.append(folder)
+    return folders
 
 
 def output_dir_check(out_dir: Path) -> None:
