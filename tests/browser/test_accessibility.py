@@ -257,6 +257,14 @@ LIVE_REGIONS = """() => { window.regions = [...document.querySelectorAll(
   '[aria-live], [role=status], [role=log], [role=alert]')]; }"""
 
 
+def regions_kept(page: Page) -> list[str]:
+    """The text of the live regions LIVE_REGIONS found that are still on the page."""
+    texts: list[str] = page.evaluate(
+        "() => window.regions.filter((r) => r.isConnected).map((r) => r.textContent)"
+    )
+    return texts
+
+
 def test_what_a_knowledge_base_search_found_is_announced(team: Team, chromium: Browser) -> None:
     with admin_page(chromium, team, team.path("knowledge/")) as page:
         page.evaluate(LIVE_REGIONS)
@@ -267,8 +275,7 @@ def test_what_a_knowledge_base_search_found_is_announced(team: Team, chromium: B
         found = "No item matches these filters."  # the team's memory holds no rule yet
         expect(page.locator("#results")).to_contain_text(found)
         # a live region announces a change only if it was there before the change
-        kept = page.evaluate("() => window.regions.filter((r) => r.isConnected)"
-                             ".map((r) => r.textContent)")  # fmt: skip
+        kept = regions_kept(page)
         assert any(found in text for text in kept), kept
         expect(page.get_by_role("status")).to_have_text(f"Nothing here yet: {found}")
 
@@ -372,3 +379,21 @@ def test_a_focused_operator_link_keeps_focus_while_an_import_runs(
         mark_shown(page, "#import-progress")
         wait_until_swapped(page, "#import-progress")
         expect(operator).to_be_focused()
+
+
+def export_ends() -> None:
+    Export.objects.filter(status=Export.Status.RUNNING).update(
+        status=Export.Status.DONE, progress=100, filename="rules.json", content=b"{}", size=2
+    )
+
+
+def test_an_export_that_ends_while_the_page_is_open_is_announced(
+    exporting: Team, chromium: Browser
+) -> None:
+    with admin_page(chromium, exporting, exporting.path("reports/")) as page:
+        page.evaluate(LIVE_REGIONS)
+        in_another_thread(export_ends)
+        expect(page.get_by_role("link", name="rules.json")).to_be_visible()  # the list refreshed
+        # a screen-reader user waiting for the file is told, by a region that was there before
+        kept = regions_kept(page)
+        assert any(re.search(r"Export #\d+ is ready: rules\.json\.", text) for text in kept), kept
