@@ -1,8 +1,10 @@
-"""What a keyboard-only or screen-reader user meets, read from Chromium's accessibility tree
-(what a screen reader is given) rather than from the markup: the live parts of a session's
-page are announced politely, every form control has a name of its own and the help text and
-error written beside it as its description, and the review page's one-letter keys act only
-where a rule has focus."""
+"""What a keyboard-only or screen-reader user meets, read as Chromium gives it to a screen
+reader (its accessibility tree, names, descriptions, live regions, focus) rather than from the
+markup: what changes by itself (a session's status and events, search results, an export that
+ends) is announced politely by a region that stays on the page; a part that refreshes itself
+(the exports list, the operators and attempts tables, profiles, an import's progress) leaves
+focus where it was; each control has a name saying what it acts on, and its help text and
+error as its description; and the review page's one-letter keys act only in the queue."""
 
 from __future__ import annotations
 
