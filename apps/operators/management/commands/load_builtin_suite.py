@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from apps.core.commands import DatabaseCommand
 from apps.operators.models import OperatorVersion
@@ -14,12 +15,17 @@ class Command(DatabaseCommand):
     help = "Store the built-in CPU suite (apps/operators/builtin/); unchanged operators are kept."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            suite = builtin_suite_load(on_operator=self.report)
-        except (SpecError, ImportProblem) as error:
-            raise CommandError(str(error)) from None
-        self.stdout.write(f"Suite {suite.slug}: {suite.entries.count()} operators.")
+        lines: list[str] = []
 
-    def report(self, version: OperatorVersion, created: bool) -> None:
-        state = "stored" if created else "unchanged"
-        self.stdout.write(f"{state:9} {version.operator.slug} v{version.number}")
+        def report(version: OperatorVersion, created: bool) -> None:
+            state = "stored" if created else "unchanged"
+            lines.append(f"{state:9} {version.operator.slug} v{version.number}")
+
+        try:
+            with transaction.atomic():  # one operator that fails stores none of them
+                suite = builtin_suite_load(on_operator=report)
+        except (SpecError, ImportProblem) as error:
+            raise CommandError(f"{error} (nothing was stored)") from None
+        self.stdout.write(
+            "\n".join([*lines, f"Suite {suite.slug}: {suite.entries.count()} operators."])
+        )
