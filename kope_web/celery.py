@@ -20,7 +20,8 @@ app.autodiscover_tasks()
 class ResumeOnConnect(bootsteps.StartStopStep):
     """Each time a worker connects to the broker, at start and again after losing it, queue
     the work no worker holds: a session whose message the broker refused while it was away
-    (a launch during a Redis restart, say) and an evaluation whose device worker died.
+    (a launch during a Redis restart, say), an evaluation whose device worker died and an
+    import whose agent worker died.
     Celery's worker_ready fires at start only; the consumer's steps start on every connection.
     """
 
@@ -28,10 +29,12 @@ class ResumeOnConnect(bootsteps.StartStopStep):
 
     def start(self, parent: Any) -> None:
         from apps.devices.tasks import resume_orphaned_evaluations_on
+        from apps.operators.tasks import resume_orphaned_imports
         from apps.runs.tasks import resume_orphaned
 
         try:
             resume_orphaned.delay()
+            resume_orphaned_imports.delay()
             resume_orphaned_evaluations_on([queue.name for queue in parent.task_consumer.queues])
         except Exception:  # the broker went again: the next connection tries again
             logger.exception("queueing the work no worker holds failed")

@@ -1,20 +1,23 @@
 """Running an import: find the problems in a folder, store each, report on each.
 
 Each problem is stored in its own transaction (services.version_store), so a problem that
-fails leaves nothing behind and the rest of the import goes on.
+fails leaves nothing behind and the rest of the import goes on. One process at a time holds a
+run (an advisory lock, which the database lets go when that process dies): a run whose worker
+died is taken up again, by the next agent worker to connect, where its report ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.utils.text import Truncator, slugify
 
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 FORMATS = ("kernelbench", "npukernelbench")
 IMPORTED, UNCHANGED, SKIPPED, FAILED = "imported", "unchanged", "skipped", "failed"
 MAX_PATH_CHARS = 500  # ImportRun.path
+LOCK_NAMESPACE = 7_002  # pg_advisory_lock(namespace, import run id); sessions' is 7_001
 
 
 class ImportRequestError(DomainError):
@@ -167,6 +171,37 @@ Progress = Callable[[ImportRun, ReportLine], None]
 
 
 def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> ImportRun:
+    """Import the run's folder, unless another process holds the run or it is over. A run
+    taken up again keeps the report lines of the problems its dead worker got through."""
+    with import_lock(run.pk) as held:
+        run.refresh_from_db()
+        if not held or run.status != ImportRun.Status.RUNNING:
+            return run
+        return _import_held(run, on_progress)
+
+
+@contextlib.contextmanager
+def import_lock(run_id: int) -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, run_id])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            # A connection gone (DatabaseError) took the lock with it.
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, run_id])
+
+
+def import_is_held(run_id: int) -> bool:
+    """Whether a process imports the run now. Asking takes the lock for a moment: an import
+    turned away at that moment leaves the run to the caller, which finds it not held."""
+    with import_lock(run_id) as held:
+        return not held
+
+
+def _import_held(run: ImportRun, on_progress: Progress | None) -> ImportRun:
     try:
         found = discover(Path(run.path), run.format, run.scale)
     except OSError as error:
@@ -175,11 +210,17 @@ def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> Im
         logger.exception("listing the problems of %s failed", run.path)
         return _finish(run, ImportRun.Status.FAILED, error=f"could not list the problems in "
                        f"{run.path}: {type(error).__name__}: {error}")  # fmt: skip
-    run.total, run.done, run.report = len(found), 0, []
+    kept = _lines_kept(run, found)
+    run.total, run.done, run.report = len(found), len(kept), kept
     run.save(update_fields=["total", "done", "report"])
-    stored: list[Operator] = []
     claimed: dict[str, str] = {}  # slug -> the problem that took it in this import
-    for problem in found:
+    for kept_line in kept:
+        if kept_line["operator"]:
+            claimed.setdefault(kept_line["operator"], kept_line["problem"])
+    slugs = [line["operator"] for line in kept if line["outcome"] in (IMPORTED, UNCHANGED)]
+    by_slug = {o.slug: o for o in Operator.objects.filter(team=run.team, slug__in=slugs)}
+    stored = [by_slug[slug] for slug in slugs if slug in by_slug]  # one deleted since is not
+    for problem in found[len(kept) :]:
         line = import_one(problem, run, claimed)
         if line.outcome in (IMPORTED, UNCHANGED):
             stored.append(Operator.objects.get(team=run.team, slug=line.operator))
@@ -191,6 +232,16 @@ def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> Im
     if stored:
         _suite_for(run, stored)
     return _finish(run, ImportRun.Status.DONE)
+
+
+def _lines_kept(run: ImportRun, found: list[FoundProblem]) -> list[dict[str, Any]]:
+    """The report lines of a run taken up again after its worker died, while its problems are
+    still the folder's first ones in the same order; else none, and the import starts over
+    (importing a problem again changes nothing)."""
+    kept = run.report[: run.done]
+    if [line["problem"] for line in kept] != [problem.label for problem in found[: len(kept)]]:
+        return []
+    return list(kept)
 
 
 def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -> ReportLine:

@@ -1,0 +1,134 @@
+"""An import whose agent worker is killed mid-way (SIGKILL, out of memory, a second Ctrl-C) is
+taken up by the next agent worker to start, on real processes: it was left "running" for ever,
+and its page counted "Importing: N of M" for ever."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from apps.accounts.roles import Role
+from apps.operators.importing import import_execute, import_lock, import_start
+from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
+from apps.operators.tasks import resume_orphaned_imports
+from tests.factories import MembershipFactory, TeamFactory
+from tests.operators.conftest import SAMPLES
+from tests.processes import celery_worker, wait_until
+from tests.workbench.test_live_events import process_env
+
+PROBLEMS = 12
+# A reference that takes a moment, so the worker is killed with most of the folder to go.
+SLOW_PROBLEM = """import time
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.3)
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def slow_folder(root: Path) -> Path:
+    folder = root / "slow"
+    folder.mkdir()
+    for number in range(1, PROBLEMS + 1):
+        (folder / f"{number}_Slow_relu_{number}.py").write_text(SLOW_PROBLEM)
+    return folder
+
+
+def story(run_id: int) -> str:
+    run = ImportRun.objects.get(pk=run_id)
+    return f"run {run.status} ({run.done} of {run.total}, {run.error!r}): {run.report}"
+
+
+@pytest.mark.timeout(300)
+def test_an_import_whose_worker_is_killed_is_finished_by_the_next_worker(
+    transactional_db: None, settings: Any, tmp_path: Path
+) -> None:
+    settings.KOPE_IMPORT_ROOTS = [tmp_path]
+    folder = slow_folder(tmp_path)
+    membership = MembershipFactory(team=TeamFactory(slug="killed"), role=Role.ENGINEER)
+    client = Client()
+    client.force_login(membership.user)
+    env = process_env("single-machine")
+
+    with celery_worker(env, "agent", "importer-1@kill") as first:
+        response = client.post("/api/teams/killed/imports", {"path": str(folder)},
+                               content_type="application/json")  # fmt: skip
+        assert response.status_code == 202, response.content
+        run_id = response.json()["id"]
+        wait_until(lambda: ImportRun.objects.get(pk=run_id).done >= 2, 120,
+                   "the import under way", lambda: story(run_id))  # fmt: skip
+        os.killpg(first.popen.pid, signal.SIGKILL)
+        first.popen.wait()
+    killed = ImportRun.objects.get(pk=run_id)
+    assert (killed.status, killed.total) == ("running", PROBLEMS)
+    assert killed.done < PROBLEMS, "the import ended before its worker was killed"
+
+    with celery_worker(env, "agent", "importer-2@kill"):
+        wait_until(lambda: ImportRun.objects.get(pk=run_id).status != "running", 120,
+                   "the import to end on the next worker", lambda: story(run_id))  # fmt: skip
+
+    run = ImportRun.objects.get(pk=run_id)
+    assert (run.status, run.error, run.done, run.total) == ("done", "", PROBLEMS, PROBLEMS)
+    expected = sorted((f"{n}_Slow_relu_{n}.py" for n in range(1, PROBLEMS + 1)),
+                      key=lambda name: int(name.split("_")[0]))  # fmt: skip
+    assert [line["problem"] for line in run.report] == expected, run.report
+    # The problem in flight when the worker died may have been stored before it died.
+    assert {line["outcome"] for line in run.report} <= {"imported", "unchanged"}, run.report
+    assert [line["outcome"] for line in run.report].count("unchanged") <= 1, run.report
+    team = membership.team
+    operators = Operator.objects.filter(team=team)
+    assert operators.count() == PROBLEMS
+    assert OperatorVersion.objects.filter(operator__team=team).count() == PROBLEMS
+    assert Suite.objects.get(team=team).entries.count() == PROBLEMS
+    assert sorted(line["operator"] for line in run.report) == sorted(o.slug for o in operators)
+
+
+def test_a_run_another_process_holds_is_neither_imported_nor_resumed(
+    transactional_db: None,
+) -> None:
+    """Two workers on one run (a message given back while its worker still runs it, or one
+    queued again) must not both import it and write its report."""
+    folder = str(SAMPLES / "npukernelbench" / "level2")
+    run = import_start(path=folder, fmt=None, scale=1.0, team=None, user=None, restrict=False)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        with import_lock(run.pk) as held:
+            assert held
+            holding.set()
+            release.wait(30)
+        connection.close()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert holding.wait(30)
+        left = import_execute(run)
+        assert (left.status, left.total, left.done, left.report) == ("running", 0, 0, [])
+        assert resume_orphaned_imports() == []
+    finally:
+        release.set()
+        thread.join()
+
+    assert import_execute(run).status == "done"
+    assert resume_orphaned_imports() == []
