@@ -43,7 +43,8 @@ class ResumeOnConnect(bootsteps.StartStopStep):
 class ResendStalled(bootsteps.StartStopStep):
     """While an agent worker is connected, it looks for stalled sessions every SWEEP_EVERY_S
     (`resend_stalled`): a message the broker refused while this worker stayed connected (the
-    web host lost Redis for a moment) is not waited for until the next reconnection."""
+    web host lost Redis for a moment) is not waited for until the next reconnection. So too
+    an import whose worker died while this one stayed (`resend_orphaned_imports`)."""
 
     requires = ("celery.worker.consumer.tasks:Tasks",)
     SWEEP_EVERY_S = 30.0
@@ -52,6 +53,7 @@ class ResendStalled(bootsteps.StartStopStep):
         super().__init__(parent, **kwargs)
         self.sweep: Any = None
         self.resent: dict[int, int] = {}  # kept across sweeps: a ticket is sent again once
+        self.resent_imports: set[int] = set()  # and an orphaned import
 
     def start(self, parent: Any) -> None:
         queues = {queue.name for queue in parent.task_consumer.queues}
@@ -61,14 +63,17 @@ class ResendStalled(bootsteps.StartStopStep):
     def resend(self) -> None:
         from django.db import connection
 
+        from apps.operators.tasks import resend_orphaned_imports
         from apps.runs.tasks import resend_stalled
 
         try:
             if sent := resend_stalled(self.resent):
                 logger.warning("sessions %s had stalled: their next iteration is queued again",
                                sent)  # fmt: skip
+            if imports := resend_orphaned_imports(self.resent_imports):
+                logger.warning("imports %s had lost their worker: queued again", imports)
         except Exception:  # the database or the broker went: the next sweep tries again
-            logger.exception("looking for stalled sessions failed")
+            logger.exception("looking for stalled sessions and orphaned imports failed")
         finally:
             connection.close()  # none kept open in the worker's main process between sweeps
 

@@ -194,11 +194,16 @@ def import_lock(run_id: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, run_id])
 
 
-def import_is_held(run_id: int) -> bool:
-    """Whether a process imports the run now. Asking takes the lock for a moment: an import
-    turned away at that moment leaves the run to the caller, which finds it not held."""
-    with import_lock(run_id) as held:
-        return not held
+def imports_held() -> set[int]:
+    """The runs a process imports now, read without taking their lock: trying it would turn
+    away the worker that came for one at that moment."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
+            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())", [LOCK_NAMESPACE],
+        )  # fmt: skip
+        return {int(objid) for (objid,) in cursor.fetchall()}
 
 
 def _import_held(run: ImportRun, on_progress: Progress | None) -> ImportRun:

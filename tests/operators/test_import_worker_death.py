@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from apps.accounts.roles import Role
 from apps.operators.importing import import_execute, import_lock, import_start
 from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
-from apps.operators.tasks import resume_orphaned_imports
+from apps.operators.tasks import ORPHANED_AFTER, resend_orphaned_imports, resume_orphaned_imports
 from tests.factories import MembershipFactory, TeamFactory
 from tests.operators.conftest import SAMPLES
 from tests.processes import celery_worker, wait_until
@@ -132,3 +133,29 @@ def test_a_run_another_process_holds_is_neither_imported_nor_resumed(
 
     assert import_execute(run).status == "done"
     assert resume_orphaned_imports() == []
+
+
+def test_an_agent_worker_that_stays_connected_queues_an_orphaned_import_once(
+    transactional_db: None,
+) -> None:
+    """With two agent workers, one killed mid-import: the other, still connected, takes it up
+    (its sweep every half minute) instead of leaving it until a worker connects."""
+    folder = str(SAMPLES / "npukernelbench" / "level2")
+
+    def running(*, made_ago: Any) -> int:
+        run = import_start(path=folder, fmt=None, scale=1.0, team=None, user=None, restrict=False)
+        ImportRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - made_ago)
+        return run.pk
+
+    orphaned = running(made_ago=ORPHANED_AFTER * 2)
+    running(made_ago=ORPHANED_AFTER / 2)  # made a moment ago: its message may be on its way
+    finished = running(made_ago=ORPHANED_AFTER * 2)
+    ImportRun.objects.filter(pk=finished).update(status="done")
+    held = running(made_ago=ORPHANED_AFTER * 2)
+    resent: set[int] = set()
+
+    with import_lock(held) as locked:  # a worker imports it
+        assert locked
+        assert resend_orphaned_imports(resent) == [orphaned]
+        assert resend_orphaned_imports(resent) == []  # sent again once
+    assert resend_orphaned_imports(resent) == [held]  # its worker died since
