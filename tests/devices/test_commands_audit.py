@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
+
 
 def test_gpu_check_refuses_an_output_dir_it_cannot_write_before_it_runs(tmp_path: Path) -> None:
     """It used to evaluate every operator first and then end in a FileExistsError traceback,
@@ -47,3 +49,19 @@ def test_gpu_check_refuses_operators_and_repeats_it_cannot_use_before_it_runs(
                      *arguments, stdout=out)  # fmt: skip
     assert "vector_add" not in out.getvalue()  # nothing was evaluated
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", ["-1", str(MAX_SEED + 1)])
+def test_check_kernels_refuses_a_seed_torch_cannot_take(seed: str) -> None:
+    """A seed past 2**64 - 1 failed every case with "ValueError: Overflow when unpacking long
+    long" and exited with "1 operator(s) failed", as if the kernel were wrong."""
+    out = StringIO()
+    with pytest.raises(CommandError, match=f"^--seed {seed}: must be from 0 to {MAX_SEED}$"):
+        call_command("check_kernels", "relu", "--seed", seed, stdout=out)
+    assert out.getvalue() == ""
+
+
+def test_check_kernels_takes_the_largest_seed() -> None:
+    out = StringIO()
+    call_command("check_kernels", "relu", "--seed", str(MAX_SEED), stdout=out)
+    assert "ok   relu/one: " in out.getvalue() and "FAIL" not in out.getvalue()

@@ -9,15 +9,20 @@ from apps.devices.cpu_c.check import check_kernel
 from apps.operators.builtin_suite import read_builtin_suite
 from apps.operators.sandbox import ReferenceRunError
 
+MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
+
 
 class Command(BaseCommand):
     help = "Compile each built-in operator's naive C kernel and compare it with the reference."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("slugs", nargs="*", help="operators to check (default: all)")
-        parser.add_argument("--seed", type=int, default=1, help="input seed (default: 1)")
+        parser.add_argument("--seed", type=int, default=1,
+                            help=f"input seed, 0-{MAX_SEED} (default: 1)")  # fmt: skip
 
     def handle(self, *args: Any, slugs: list[str], seed: int, **options: Any) -> None:
+        if not 0 <= seed <= MAX_SEED:  # else every case failed as if the kernel were wrong
+            raise CommandError(f"--seed {seed}: must be from 0 to {MAX_SEED}")
         folders = [f for f in read_builtin_suite() if not slugs or f.spec.slug in slugs]
         if slugs and len(folders) != len(set(slugs)):
             found = {f.spec.slug for f in folders}
