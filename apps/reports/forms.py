@@ -23,6 +23,9 @@ class ComparisonForm(forms.Form):
     format = forms.ChoiceField(choices=FORMATS)
 
     def __init__(self, *args: object, sessions: list[tuple[int, str]], **kwargs: object) -> None:
+        # Its own ids: on the Reports page beside the session form, "id_format" would be two
+        # selects' id, and the second's label would name (and focus) the first.
+        kwargs.setdefault("auto_id", "comparison_%s")
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["a"].choices = sessions  # type: ignore[attr-defined]
         self.fields["b"].choices = sessions  # type: ignore[attr-defined]
@@ -36,6 +39,10 @@ class ComparisonForm(forms.Form):
 
 class KnowledgeExportForm(forms.Form):
     format = forms.ChoiceField(choices=KNOWLEDGE_FORMATS)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("auto_id", "knowledge_%s")  # as ComparisonForm's
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
 class KnowledgeImportForm(forms.Form):

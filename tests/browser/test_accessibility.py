@@ -169,6 +169,16 @@ def test_each_report_form_field_is_described_by_its_help_text(
                 expect(field, where).to_have_accessible_description(help_texts.get(name, ""))
 
 
+def test_each_report_forms_format_is_named_by_its_own_label(team: Team, chromium: Browser) -> None:
+    """Three forms on one page each have a Format select: each is its own label's field."""
+    with admin_page(chromium, team, team.path("reports/")) as page:
+        ids = page.locator("form select, form input").evaluate_all("els => els.map(e => e.id)")
+        assert len([i for i in ids if i]) == len({i for i in ids if i}), ids
+        for button in ("Make the report", "Compare", "Export the knowledge base"):
+            form = page.locator("form").filter(has=page.get_by_role("button", name=button))
+            expect(form.get_by_role("combobox", name="Format")).to_have_count(1)
+
+
 def test_a_token_name_refused_is_marked_invalid_and_described_by_its_error(
     team: Team, chromium: Browser
 ) -> None:
