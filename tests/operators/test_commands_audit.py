@@ -4,6 +4,9 @@ a failure mid-way leaves nothing half-written, bad options are named."""
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
 from io import StringIO
 from pathlib import Path
 
@@ -11,7 +14,30 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.operators import builtin_suite
-from apps.operators.models import Operator, Suite
+from apps.operators.models import ImportRun, Operator, Suite
+from tests.processes import wait_until
+from tests.workbench.test_live_events import process_env
+
+# A problem whose reference takes a moment, so Ctrl-C comes with most of the folder to go.
+SLOW_PROBLEM = """import time
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(0.5)
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
 
 
 def test_load_builtin_suite_that_fails_on_one_operator_stores_none(
@@ -34,3 +60,33 @@ def test_load_builtin_suite_that_fails_on_one_operator_stores_none(
     assert "stored" not in out.getvalue()  # relu was never "stored": it was rolled back
     assert not Operator.objects.exists()
     assert not Suite.objects.exists()
+
+
+def test_import_suite_stopped_by_ctrl_c_ends_failed_saying_where(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """Ctrl-C printed a KeyboardInterrupt traceback and left the run "running" with no process
+    on it: its page counted on, and the next agent worker to start took up the import the
+    engineer had stopped."""
+    for number in range(1, 9):
+        (tmp_path / f"{number}_Slow_{number}.py").write_text(SLOW_PROBLEM)
+    command = [sys.executable, "manage.py", "import_suite", str(tmp_path)]
+    process = subprocess.Popen(command, env=process_env("single-machine"), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_until(lambda: ImportRun.objects.filter(done__gte=1).exists(), 120,
+                   "the first problem imported")  # fmt: skip
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+
+    run = ImportRun.objects.get()
+    assert run.status == ImportRun.Status.FAILED and run.finished_at is not None
+    assert 1 <= run.done < run.total == 8
+    assert run.error == (f"stopped by Ctrl-C after {run.done} of 8 problems (those are kept); "
+                         "import the folder again to go on")  # fmt: skip
+    # The problems done are stored; one stored as Ctrl-C came may not be counted yet.
+    assert run.done <= Operator.objects.count() <= run.done + 1
+    assert process.returncode == 1, stdout + stderr
+    assert stderr.strip().splitlines()[-1] == f"CommandError: {run.error}"
+    assert "Traceback" not in stderr

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import CommandError
+from django.utils import timezone
 from tqdm import tqdm
 
 from apps.accounts.models import Team
@@ -41,7 +42,10 @@ class Command(DatabaseCommand):
                 bar.set_postfix_str(line.problem[-40:])
                 bar.update(1)
 
-            run = import_execute(run, on_progress=progress)
+            try:
+                run = import_execute(run, on_progress=progress)
+            except KeyboardInterrupt:
+                stopped(run)
         self.print_report(run)
 
     def team(self, slug: str | None) -> Team | None:
@@ -68,3 +72,15 @@ class Command(DatabaseCommand):
             self.stdout.write(f"{line['outcome']:9} {name}{reason}")
         counts = summary(run)
         self.stdout.write(", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+
+
+def stopped(run: ImportRun) -> NoReturn:
+    """Ctrl-C: the run ends failed, saying where, rather than "running" with no process on it
+    (a traceback, and an agent worker that starts later taking up the import it stopped)."""
+    run.refresh_from_db()  # a problem is stored in one transaction: none is half-stored
+    reason = (f"stopped by Ctrl-C after {run.done} of {run.total} problems (those are kept); "
+              "import the folder again to go on")  # fmt: skip
+    ImportRun.objects.filter(pk=run.pk, status=ImportRun.Status.RUNNING).update(
+        status=ImportRun.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+    raise CommandError(reason) from None
