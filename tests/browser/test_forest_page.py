@@ -79,6 +79,7 @@ def test_the_forest_is_one_tab_stop_walked_with_the_arrow_keys(forest_page: Fore
     page, ids = forest_page.page, forest_page.ids
     node = {name: page.locator(f'li[data-case="{case_id}"]') for name, case_id in ids.items()}
 
+    expect(page.get_by_role("tree", name="Attempts of gemm on cpu-c")).to_be_visible()
     page.get_by_role("button", name="Show").focus()
     page.keyboard.press("Tab")
     expect(node["start"]).to_be_focused()
