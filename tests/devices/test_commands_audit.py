@@ -1,5 +1,5 @@
-"""`manage.py gpu_check` and `check_kernels` meet options they cannot use with what was wrong,
-before anything runs, not a traceback after the run or a report that misstates it."""
+"""`manage.py gpu_check`, `check_kernels` and `evaluate` meet options they cannot use with what
+was wrong, before anything runs, not a traceback after the run or a report that misstates it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+
+from apps.devices.models import Evaluation
+from tests.factories import stored_builtin
 
 MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
 
@@ -65,3 +68,13 @@ def test_check_kernels_takes_the_largest_seed() -> None:
     out = StringIO()
     call_command("check_kernels", "relu", "--seed", str(MAX_SEED), stdout=out)
     assert "ok   relu/one: " in out.getvalue() and "FAIL" not in out.getvalue()
+
+
+def test_evaluate_refuses_flags_outside_the_allowlist_before_anything_is_stored(db: None) -> None:
+    """A flag off the allowlist is a bad option, not a kernel's fault: it used to store and
+    print a REJECTED evaluation of a correct kernel, and exit 0."""
+    stored_builtin("relu")
+    with pytest.raises(CommandError, match=r"^--flags: flags not allowed: -fplugin=x \(allowed: "):
+        call_command("evaluate", "relu", "apps/operators/builtin/relu/naive.c",
+                     "--flags=-O2 -fplugin=x", "--no-timing", stdout=StringIO())  # fmt: skip
+    assert not Evaluation.objects.exists()

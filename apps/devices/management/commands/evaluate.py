@@ -10,6 +10,7 @@ from django.core.management.base import CommandError
 from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
+from apps.devices.cpu_c.build import FlagsRejected, checked_flags
 from apps.devices.evaluator import EVAL_BOUNDS, EvalSettings
 from apps.devices.services import MAX_SOURCE_BYTES, evaluation_execute, evaluation_request
 from apps.devices.verdicts import describe_verdict
@@ -36,7 +37,8 @@ class Command(DatabaseCommand):
         parser.add_argument("--profile", action="store_true", help="add a cachegrind profile")
         parser.add_argument("--debug", action="store_true", help="add an ASan + UBSan run")
         parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-        parser.add_argument("--flags", default="", help="extra gcc flags from the allowlist")
+        parser.add_argument("--flags", default="", help="extra gcc flags from the allowlist, "
+                            'space-separated (one alone: --flags=-O2)')  # fmt: skip
         for name, what in MEASUREMENT_OPTIONS.items():
             low, high = EVAL_BOUNDS[name]
             setting = f"KOPE_EVAL_{name.upper()}"
@@ -48,11 +50,16 @@ class Command(DatabaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         version = self.version(options)
         source = self.source(options["kernel"])
+        flags = tuple(options["flags"].split())
+        try:  # a bad option, not a rejected kernel: refused before anything is stored
+            checked_flags(flags)
+        except FlagsRejected as error:
+            raise CommandError(f"--flags: {error}") from None
         eval_settings = EvalSettings(
             seeds=options["seeds"], warmup=options["warmup"], repeats=options["repeats"],
             threads=options["threads"], timing=not options["no_timing"],
             profile=options["profile"], debug=options["debug"],
-            extra_flags=tuple(options["flags"].split()),
+            extra_flags=flags,
         )  # fmt: skip
         try:
             evaluation, _ = evaluation_request(
