@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 
 from apps.operators import builtin_suite
 from apps.operators.models import ImportRun, Operator, Suite
+from tests.factories import TeamFactory, stored_builtin
 from tests.processes import wait_until
 from tests.workbench.test_live_events import process_env
 
@@ -90,3 +91,22 @@ def test_import_suite_stopped_by_ctrl_c_ends_failed_saying_where(
     assert process.returncode == 1, stdout + stderr
     assert stderr.strip().splitlines()[-1] == f"CommandError: {run.error}"
     assert "Traceback" not in stderr
+
+
+def test_list_operators_with_a_team_shows_its_own_operator_in_place_of_the_shared_one(
+    db: None,
+) -> None:
+    """It listed both, two `relu` rows no one could tell apart, though the team's lists, its
+    launches and `evaluate --team` use only its own."""
+    team = TeamFactory(slug="kernels")
+    stored_builtin("relu")
+    stored_builtin("sigmoid")
+    own = stored_builtin("relu", team=team)
+    own.operator.versions.update(name="Our ReLU")
+    out = StringIO()
+
+    call_command("list_operators", "--team", "kernels", stdout=out)
+
+    rows = out.getvalue().splitlines()[1:]
+    assert [row.split()[0] for row in rows[:-1]] == ["relu", "sigmoid"]
+    assert rows[0].endswith("  Our ReLU") and rows[-1] == "2 operators"

@@ -6,7 +6,11 @@ from django.core.management.base import CommandError
 
 from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand
-from apps.operators.selectors import latest_versions, operators_visible_to
+from apps.operators.selectors import (
+    latest_versions,
+    operators_listed_for,
+    operators_visible_to,
+)
 from apps.operators.spec import FAMILIES
 
 
@@ -14,7 +18,8 @@ class Command(DatabaseCommand):
     help = "List operators (newest versions): slug, version, family, level, cases, name."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--team", help="also show this team's own operators")
+        parser.add_argument("--team", help="also show this team's own operators (in place "
+                            "of a shared one of the same slug)")  # fmt: skip
         parser.add_argument("--family", choices=FAMILIES, help="only this family")
         parser.add_argument("--level", type=int, choices=[1, 2, 3], help="only this level")
 
@@ -23,7 +28,8 @@ class Command(DatabaseCommand):
         owner = Team.objects.filter(slug=team).first() if team else None
         if team and owner is None:
             raise CommandError(f"no team {team!r}")
-        operators = operators_visible_to(owner)
+        # The team's own operator of a shared one's slug is the one it sees: one row a slug.
+        operators = operators_listed_for(owner) if owner else operators_visible_to(None)
         versions = latest_versions(operators, family=family, level=level)
         self.stdout.write(f"{'operator':34} {'ver':>3} {'family':14} {'lvl':>3} {'cases':>5}  name")
         for version in versions:
