@@ -3,6 +3,7 @@ was wrong, before anything runs, not a traceback after the run or a report that 
 
 from __future__ import annotations
 
+import shutil
 from io import StringIO
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.devices.models import Evaluation
+from apps.operators import builtin_suite
 from tests.factories import stored_builtin
 
 MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
@@ -78,3 +80,21 @@ def test_evaluate_refuses_flags_outside_the_allowlist_before_anything_is_stored(
         call_command("evaluate", "relu", "apps/operators/builtin/relu/naive.c",
                      "--flags=-O2 -fplugin=x", "--no-timing", stdout=StringIO())  # fmt: skip
     assert not Evaluation.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["check_kernels", "relu"], ["gpu_check", "--allow-interpreter", "--operators", "relu"]],
+    ids=lambda c: c[0],
+)
+def test_a_builtin_operator_toml_being_edited_is_named_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """An operator.toml with a slip in it, the moment check_kernels is for, ended in a
+    SpecError traceback."""
+    shutil.copytree(builtin_suite.BUILTIN_DIR / "relu", tmp_path / "relu")
+    with (tmp_path / "relu" / "operator.toml").open("a") as toml:
+        toml.write("level = = 1\n")
+    monkeypatch.setattr(builtin_suite, "BUILTIN_DIR", tmp_path)
+    with pytest.raises(CommandError, match=r"^relu/operator.toml: not valid TOML: "):
+        call_command(*command, stdout=StringIO())  # gpu_check stops before it writes

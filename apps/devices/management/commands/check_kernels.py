@@ -8,6 +8,7 @@ from apps.devices.cpu_c.build import CompileError
 from apps.devices.cpu_c.check import check_kernel
 from apps.operators.builtin_suite import read_builtin_suite
 from apps.operators.sandbox import ReferenceRunError
+from apps.operators.spec import SpecError
 
 MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
 
@@ -23,7 +24,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, slugs: list[str], seed: int, **options: Any) -> None:
         if not 0 <= seed <= MAX_SEED:  # else every case failed as if the kernel were wrong
             raise CommandError(f"--seed {seed}: must be from 0 to {MAX_SEED}")
-        folders = [f for f in read_builtin_suite() if not slugs or f.spec.slug in slugs]
+        try:
+            suite = read_builtin_suite()
+        except SpecError as error:  # a folder being edited: what is wrong, not a traceback
+            raise CommandError(str(error)) from None
+        folders = [f for f in suite if not slugs or f.spec.slug in slugs]
         if slugs and len(folders) != len(set(slugs)):
             found = {f.spec.slug for f in folders}
             raise CommandError(f"no built-in operator {', '.join(sorted(set(slugs) - found))}")

@@ -24,6 +24,7 @@ from apps.devices.gpu.device import cuda_device, no_device_reason, triton_versio
 from apps.devices.gpu.suite import builtin_folder, folder_under_test
 from apps.devices.targets import target_get
 from apps.operators.builtin_suite import OperatorFolder
+from apps.operators.spec import SpecError
 
 SMALL_SUITE = ("vector_add", "relu", "row_sum", "transpose_2d", "cumsum")
 REPORT_DIR = Path(settings.BASE_DIR) / "docs" / "gpu"
@@ -115,6 +116,8 @@ def triton_folders(operators: str) -> list[OperatorFolder]:
             folder = builtin_folder(slug)
         except KeyError:
             raise CommandError(f"--operators: no built-in operator {slug!r}") from None
+        except SpecError as error:  # a folder being edited: what is wrong, not a traceback
+            raise CommandError(str(error)) from None
         if not folder.triton_source:
             raise CommandError(f"--operators: {slug} has no Triton starting kernel "
                                "(naive_triton.py)")  # fmt: skip
