@@ -4,6 +4,9 @@ was wrong, before anything runs, not a traceback after the run or a report that 
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
 from io import StringIO
 from pathlib import Path
 
@@ -13,6 +16,8 @@ from django.core.management import CommandError, call_command
 from apps.devices.models import Evaluation
 from apps.operators import builtin_suite
 from tests.factories import stored_builtin
+from tests.processes import wait_until
+from tests.workbench.test_live_events import process_env
 
 MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
 
@@ -98,3 +103,27 @@ def test_a_builtin_operator_toml_being_edited_is_named_not_a_traceback(
     monkeypatch.setattr(builtin_suite, "BUILTIN_DIR", tmp_path)
     with pytest.raises(CommandError, match=r"^relu/operator.toml: not valid TOML: "):
         call_command(*command, stdout=StringIO())  # gpu_check stops before it writes
+
+
+def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: None) -> None:
+    """Ctrl-C printed a KeyboardInterrupt traceback and left the evaluation "running": an agent
+    worker that started later ran it, and after two Ctrl-Cs the next `evaluate` gave up at once
+    with "the worker stopped during each (killed, or out of memory)"."""
+    stored_builtin("relu")
+    command = [sys.executable, "manage.py", "evaluate", "relu",
+               "apps/operators/builtin/relu/naive.c", "--repeats", "100000"]  # fmt: skip
+    process = subprocess.Popen(command, env=process_env("single-machine"), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_until(lambda: Evaluation.objects.filter(status="running").exists(), 120,
+                   "the evaluation to start")  # fmt: skip
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+
+    evaluation = Evaluation.objects.get()
+    assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C")
+    assert process.returncode == 1, stdout + stderr
+    reason = f"evaluation {evaluation.pk} stopped by Ctrl-C; nothing was judged"
+    assert stderr.strip().splitlines()[-1] == f"CommandError: {reason}"
+    assert "Traceback" not in stderr

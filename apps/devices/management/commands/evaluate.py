@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.management.base import CommandError
@@ -12,7 +12,13 @@ from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
 from apps.devices.cpu_c.build import FlagsRejected, checked_flags
 from apps.devices.evaluator import EVAL_BOUNDS, EvalSettings
-from apps.devices.services import MAX_SOURCE_BYTES, evaluation_execute, evaluation_request
+from apps.devices.models import Evaluation
+from apps.devices.services import (
+    MAX_SOURCE_BYTES,
+    evaluation_execute,
+    evaluation_fail,
+    evaluation_request,
+)
 from apps.devices.verdicts import describe_verdict
 from apps.operators.selectors import operator_get, version_get
 
@@ -67,7 +73,12 @@ class Command(DatabaseCommand):
             )
         except DomainError as error:
             raise CommandError(error.message) from None
-        evaluation = evaluation_execute(evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS)
+        try:
+            evaluation = evaluation_execute(
+                evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS
+            )
+        except KeyboardInterrupt:
+            stopped(evaluation.pk)
         if evaluation.status == evaluation.Status.FAILED:
             raise CommandError(f"the evaluation failed: {evaluation.error}")
         assert evaluation.verdict is not None
@@ -101,3 +112,11 @@ class Command(DatabaseCommand):
             return raw.decode()
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"cannot read {path}: {error}") from None
+
+
+def stopped(evaluation_id: int) -> NoReturn:
+    """Ctrl-C: the evaluation ends failed, so the next `evaluate` starts it over. Left running,
+    an agent worker that starts later took it for a dead worker's and ran it, and each Ctrl-C
+    used up an attempt until one `evaluate` gave up at once, blaming a killed worker."""
+    evaluation_fail(Evaluation.objects.get(pk=evaluation_id), "stopped by Ctrl-C")
+    raise CommandError(f"evaluation {evaluation_id} stopped by Ctrl-C; nothing was judged")
