@@ -127,3 +127,14 @@ def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: No
     reason = f"evaluation {evaluation.pk} stopped by Ctrl-C; nothing was judged"
     assert stderr.strip().splitlines()[-1] == f"CommandError: {reason}"
     assert "Traceback" not in stderr
+
+
+def test_check_kernels_without_gcc_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host without gcc (the README's one requirement beyond Python and make) ended in a
+    FileNotFoundError traceback from deep in the compile step."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder with no gcc in it
+    out = StringIO()
+    reason = "no gcc on PATH: check_kernels compiles each kernel with it"
+    with pytest.raises(CommandError, match=f"^{reason}$"):
+        call_command("check_kernels", "relu", stdout=out)
+    assert out.getvalue() == ""

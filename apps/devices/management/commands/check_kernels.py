@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -22,6 +23,8 @@ class Command(BaseCommand):
                             help=f"input seed, 0-{MAX_SEED} (default: 1)")  # fmt: skip
 
     def handle(self, *args: Any, slugs: list[str], seed: int, **options: Any) -> None:
+        if shutil.which("gcc") is None:  # else a FileNotFoundError traceback from the first
+            raise CommandError("no gcc on PATH: check_kernels compiles each kernel with it")
         if not 0 <= seed <= MAX_SEED:  # else every case failed as if the kernel were wrong
             raise CommandError(f"--seed {seed}: must be from 0 to {MAX_SEED}")
         try:
