@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, connection, transaction
@@ -211,6 +212,8 @@ def _import_held(run: ImportRun, on_progress: Progress | None) -> ImportRun:
         found = discover(Path(run.path), run.format, run.scale)
     except OSError as error:
         return _finish(run, ImportRun.Status.FAILED, error=f"cannot read {run.path}: {error}")
+    except SoftTimeLimitExceeded:
+        raise
     except Exception as error:  # a bug in a layout's reader must not leave the run "running"
         logger.exception("listing the problems of %s failed", run.path)
         return _finish(run, ImportRun.Status.FAILED, error=f"could not list the problems in "
@@ -265,6 +268,8 @@ def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -
         )
     except ImportProblem as error:
         return ReportLine(problem.label, FAILED, error.message, operator=slug)
+    except SoftTimeLimitExceeded:
+        raise  # the task's time is up (KOPE_TASK_TIME_LIMIT), not the problem's: it goes on
     except Exception as error:  # a bug here must not end the whole import
         logger.exception("importing %s failed", problem.label)
         return ReportLine(problem.label, FAILED, f"internal error: {error}", operator=slug)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.utils import timezone
 
 from apps.operators.importing import import_execute, imports_held
@@ -21,7 +22,11 @@ def import_folder(import_run_id: int) -> str:
     """A message delivered twice, or while another worker imports the run, does nothing:
     import_execute lets one process hold a run, and a run that is over is left alone."""
     run = ImportRun.objects.get(pk=import_run_id)
-    return import_execute(run).status
+    try:
+        return import_execute(run).status
+    except SoftTimeLimitExceeded:  # KOPE_TASK_TIME_LIMIT is up for this task, not the import
+        import_folder.delay(import_run_id)  # a new task goes on where the report ends
+        return ImportRun.Status.RUNNING
 
 
 @shared_task(name="operators.resume_orphaned_imports", ignore_result=True)

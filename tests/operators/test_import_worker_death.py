@@ -11,14 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from billiard.pool import soft_timeout_sighandler
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from apps.accounts.roles import Role
-from apps.operators.importing import import_execute, import_lock, import_start
+from apps.operators.importing import import_execute, import_lock, import_start, imports_held
 from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite
-from apps.operators.tasks import ORPHANED_AFTER, resend_orphaned_imports, resume_orphaned_imports
+from apps.operators.tasks import (
+    ORPHANED_AFTER,
+    import_folder,
+    resend_orphaned_imports,
+    resume_orphaned_imports,
+)
 from tests.factories import MembershipFactory, TeamFactory
 from tests.operators.conftest import SAMPLES
 from tests.processes import celery_worker, wait_until
@@ -34,7 +40,7 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def forward(self, x):
-        time.sleep(0.3)
+        time.sleep({sleep_s})
         return torch.relu(x)
 
 
@@ -47,12 +53,29 @@ def get_init_inputs():
 """
 
 
-def slow_folder(root: Path) -> Path:
+def slow_folder(root: Path, sleep_s: float = 0.3) -> Path:
     folder = root / "slow"
     folder.mkdir()
     for number in range(1, PROBLEMS + 1):
-        (folder / f"{number}_Slow_relu_{number}.py").write_text(SLOW_PROBLEM)
+        (folder / f"{number}_Slow_relu_{number}.py").write_text(
+            SLOW_PROBLEM.replace("{sleep_s}", str(sleep_s))
+        )
     return folder
+
+
+def assert_imported_once_each(run: ImportRun) -> None:
+    """Done, a line per problem in order; the problem in flight when a worker died (or its
+    task's time ran out) may have been stored before: it is then unchanged."""
+    assert (run.status, run.error, run.done, run.total) == ("done", "", PROBLEMS, PROBLEMS)
+    expected = [f"{n}_Slow_relu_{n}.py" for n in range(1, PROBLEMS + 1)]
+    assert [line["problem"] for line in run.report] == expected, run.report
+    outcomes = [line["outcome"] for line in run.report]
+    assert set(outcomes) <= {"imported", "unchanged"}, run.report
+    operators = Operator.objects.filter(team=run.team)
+    assert operators.count() == PROBLEMS
+    assert OperatorVersion.objects.filter(operator__team=run.team).count() == PROBLEMS
+    assert Suite.objects.get(team=run.team).entries.count() == PROBLEMS
+    assert sorted(line["operator"] for line in run.report) == sorted(o.slug for o in operators)
 
 
 def story(run_id: int) -> str:
@@ -89,19 +112,44 @@ def test_an_import_whose_worker_is_killed_is_finished_by_the_next_worker(
                    "the import to end on the next worker", lambda: story(run_id))  # fmt: skip
 
     run = ImportRun.objects.get(pk=run_id)
-    assert (run.status, run.error, run.done, run.total) == ("done", "", PROBLEMS, PROBLEMS)
-    expected = sorted((f"{n}_Slow_relu_{n}.py" for n in range(1, PROBLEMS + 1)),
-                      key=lambda name: int(name.split("_")[0]))  # fmt: skip
-    assert [line["problem"] for line in run.report] == expected, run.report
-    # The problem in flight when the worker died may have been stored before it died.
-    assert {line["outcome"] for line in run.report} <= {"imported", "unchanged"}, run.report
+    assert_imported_once_each(run)
     assert [line["outcome"] for line in run.report].count("unchanged") <= 1, run.report
-    team = membership.team
-    operators = Operator.objects.filter(team=team)
-    assert operators.count() == PROBLEMS
-    assert OperatorVersion.objects.filter(operator__team=team).count() == PROBLEMS
-    assert Suite.objects.get(team=team).entries.count() == PROBLEMS
-    assert sorted(line["operator"] for line in run.report) == sorted(o.slug for o in operators)
+
+
+def test_a_task_whose_soft_time_limit_comes_mid_import_leaves_the_rest_to_a_new_one(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """KOPE_TASK_TIME_LIMIT bounds each task, and an import of a large folder outlasts it.
+    The soft limit (SoftTimeLimitExceeded, raised by the pool's SIGUSR1 handler) was reported
+    as an "internal error" of the problem in flight, which stored nothing; and the hard limit
+    then killed the task."""
+    run = import_start(path=str(slow_folder(tmp_path)), fmt=None, scale=1.0,
+                       team=TeamFactory(), user=None, restrict=False)  # fmt: skip
+
+    def soft_limit_mid_way() -> None:
+        wait_until(lambda: ImportRun.objects.get(pk=run.pk).done >= 2, 60, "the import under way")
+        connection.close()
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, soft_timeout_sighandler)  # as in a pool process
+    limiter = threading.Thread(target=soft_limit_mid_way)
+    limiter.start()
+    try:
+        outcome = import_folder(run.pk)  # the task, here in this process
+    finally:
+        limiter.join()
+        signal.signal(signal.SIGUSR1, previous)
+        connection.close()  # as a worker does after each task: the limit may cut a query
+
+    assert outcome == "running"
+    cut = ImportRun.objects.get(pk=run.pk)
+    assert cut.status == "running" and 2 <= cut.done < PROBLEMS, story(run.pk)
+    assert {line["outcome"] for line in cut.report} == {"imported"}, cut.report
+    # The next task (queued) takes it up once the lock is let go: at once, or as soon as the
+    # database sees the connection closed where the limit cut a query.
+    wait_until(lambda: not imports_held(), 30, "the run's lock let go")
+    assert import_folder(run.pk) == "done"
+    assert_imported_once_each(ImportRun.objects.get(pk=run.pk))
 
 
 def test_a_run_another_process_holds_is_neither_imported_nor_resumed(
