@@ -55,8 +55,10 @@ def test_a_case_recorded_event_names_its_case(
 def test_odd_numbers_in_page_queries_are_ignored_not_errors(
     team: Team, client_for: Callable[[Role], Client]
 ) -> None:
+    """`open` lists branches to show: what is no case id is passed over. (A session filter that
+    is no number is refused, saying why: tests/memory/test_forest_filter_audit.py.)"""
     client = client_for(Role.VIEWER)
-    assert client.get(f"/t/{team.slug}/forest/", {"session": "²", "open": "²,x"}).status_code == 200
+    assert client.get(f"/t/{team.slug}/forest/", {"open": "²,x"}).status_code == 200
 
 
 def test_a_launch_by_suite_runs_the_team_s_own_suite_where_a_shared_one_has_its_slug(
