@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,13 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.text import Truncator, slugify
 
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
+from apps.core.locks import advisory_lock, advisory_locks_held
 from apps.operators.importers import kernelbench, npukernelbench
 from apps.operators.importers.common import FoundProblem
 from apps.operators.models import ImportRun, Operator, SuiteEntry
@@ -181,30 +182,13 @@ def import_execute(run: ImportRun, *, on_progress: Progress | None = None) -> Im
         return _import_held(run, on_progress)
 
 
-@contextlib.contextmanager
-def import_lock(run_id: int) -> Iterator[bool]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, run_id])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            # A connection gone (DatabaseError) took the lock with it.
-            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, run_id])
+def import_lock(run_id: int) -> contextlib.AbstractContextManager[bool]:
+    return advisory_lock(LOCK_NAMESPACE, run_id)
 
 
 def imports_held() -> set[int]:
-    """The runs a process imports now, read without taking their lock: trying it would turn
-    away the worker that came for one at that moment."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
-            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database"
-            " WHERE datname = current_database())", [LOCK_NAMESPACE],
-        )  # fmt: skip
-        return {int(objid) for (objid,) in cursor.fetchall()}
+    """The runs a process imports now."""
+    return advisory_locks_held(LOCK_NAMESPACE)
 
 
 def _import_held(run: ImportRun, on_progress: Progress | None) -> ImportRun:

@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.agents.coldstart import cold_start_documents
@@ -45,6 +45,7 @@ from apps.agents.policy import (
     candidate_of,
     candidate_of_case,
 )
+from apps.core.locks import advisory_lock
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, KernelSource
 from apps.devices.services import kernel_source_store
@@ -114,25 +115,9 @@ def advance(session_id: int, *, evaluate: Evaluate, policy_for: PolicyFactory) -
         return True
 
 
-@contextlib.contextmanager
-def session_lock(session_id: int) -> Iterator[bool]:
-    """A PostgreSQL advisory lock: released by the database when a worker dies holding it."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, session_id])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            release_lock(session_id)
-
-
-def release_lock(session_id: int) -> None:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, session_id])
-    except DatabaseError:
-        pass  # the connection is gone, and the lock went with it
+def session_lock(session_id: int) -> contextlib.AbstractContextManager[bool]:
+    """One advancer per session: released by the database when a worker dies holding it."""
+    return advisory_lock(LOCK_NAMESPACE, session_id)
 
 
 def session_is_locked(session_id: int) -> bool:

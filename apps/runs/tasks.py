@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Task, shared_task
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
+from apps.core.locks import advisory_locks_held
 from apps.memory.models import JournalEvent
 from apps.runs.models import OptimizationSession
 
@@ -141,17 +142,10 @@ def stalled_sessions() -> dict[int, int]:
 
 
 def sessions_held() -> set[int]:
-    """The sessions whose advisory lock a worker holds, read without taking one: trying it
-    would turn away the advancer that came for it at that moment."""
+    """The sessions a worker advances now."""
     from apps.runs.loop import LOCK_NAMESPACE
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
-            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database"
-            " WHERE datname = current_database())", [LOCK_NAMESPACE],
-        )  # fmt: skip
-        return {int(objid) for (objid,) in cursor.fetchall()}
+    return advisory_locks_held(LOCK_NAMESPACE)
 
 
 @shared_task(name="runs.embed_cold_start_documents", acks_late=True, ignore_result=True,
