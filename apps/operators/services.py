@@ -249,25 +249,29 @@ def suite_set(
 def builtin_suite_load(
     *, on_operator: Callable[[OperatorVersion, bool], None] | None = None
 ) -> Suite:
-    """Store every built-in operator (a new version where its folder changed) and the suite.
+    """Store every built-in operator (a new version where its folder changed) and the suite,
+    all or none: one operator that fails leaves the shared operators matching the suite.
 
     The references of all new or changed operators run in one sandboxed child, so PyTorch
-    starts once rather than once per operator.
+    starts once rather than once per operator (before the transaction: it holds no lock
+    while they run). `on_operator` hears of each as it is stored, before the commit.
     """
     definitions = [builtin_definition(folder) for folder in read_builtin_suite()]
     pending = [d for d in definitions if existing_version(None, d) is None]
     answers = run_reference_batch([d.runner_request() for d in pending]) if pending else []
     outcomes = {d.spec.slug: answer for d, answer in zip(pending, answers, strict=True)}
     operators = []
-    for definition in definitions:
-        version, created = _builtin_store(definition, outcomes.get(definition.spec.slug))
-        operators.append(version.operator)
-        if on_operator:
-            on_operator(version, created)
-    return suite_set(
-        team=None, slug=BUILTIN_SUITE_SLUG, name="Built-in CPU suite", operators=operators,
-        description="The operators shipped with KOPE Workbench, easy first, for the cpu-c target.",
-    )  # fmt: skip
+    with transaction.atomic():
+        for definition in definitions:
+            version, created = _builtin_store(definition, outcomes.get(definition.spec.slug))
+            operators.append(version.operator)
+            if on_operator:
+                on_operator(version, created)
+        return suite_set(
+            team=None, slug=BUILTIN_SUITE_SLUG, name="Built-in CPU suite", operators=operators,
+            description="The operators shipped with KOPE Workbench, easy first, for the cpu-c "
+            "target.",
+        )  # fmt: skip
 
 
 def _builtin_store(
