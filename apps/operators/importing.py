@@ -9,6 +9,7 @@ died is taken up again, by the next agent worker to connect, where its report en
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import Truncator, slugify
 
@@ -27,7 +29,7 @@ from apps.core.errors import DomainError
 from apps.core.locks import advisory_lock, advisory_locks_held
 from apps.operators.importers import kernelbench, npukernelbench
 from apps.operators.importers.common import FoundProblem
-from apps.operators.models import ImportRun, Operator, SuiteEntry
+from apps.operators.models import ImportRun, Operator, Suite, SuiteEntry
 from apps.operators.services import ImportProblem, operator_import, suite_set
 
 logger = logging.getLogger(__name__)
@@ -275,13 +277,28 @@ def _note(version: Any) -> str:
 
 def _suite_for(run: ImportRun, operators: list[Operator]) -> None:
     folder = Path(run.path).name
-    slug = slugify(f"{run.format}-{folder}")[:64]
+    slug = _suite_slug(run)
     suffix = f" ({run.format})"  # a folder's name may be 255 characters; Suite.name holds 200
     name = Truncator(folder).chars(200 - len(suffix)) + suffix
     if any(line["outcome"] == FAILED for line in run.report):
         operators = _with_those_held(run.team, slug, operators)
     suite_set(team=run.team, slug=slug, name=name, operators=operators,
-              description=f"Imported from {run.path}.")  # fmt: skip
+              description=f"Imported from {run.path}.", source=run.path)  # fmt: skip
+
+
+def _suite_slug(run: ImportRun) -> str:
+    """`<format>-<folder name>`, unless a suite of that slug the run's team sees came from
+    another folder (kb-v1/level1 and kb-v2/level1): then with a digest of the folder's path,
+    so no import takes over another folder's suite. A folder keeps the slug it got first; a
+    suite with no source (made before sources were kept) is taken as this folder's."""
+    plain = slugify(f"{run.format}-{Path(run.path).name}")[:64]
+    digest = hashlib.sha256(run.path.encode()).hexdigest()[:8]
+    digested = f"{plain[:55].rstrip('-')}-{digest}"
+    own = Suite.objects.filter(team=run.team, source=run.path, slug__in=[plain, digested])
+    if own.exists():
+        return own.values_list("slug", flat=True)[0]
+    seen = Suite.objects.filter(Q(team=run.team) | Q(team__isnull=True), slug=plain)
+    return digested if seen.exclude(source__in=["", run.path]).exists() else plain
 
 
 def _with_those_held(team: Team | None, slug: str, operators: list[Operator]) -> list[Operator]:

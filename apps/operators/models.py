@@ -117,6 +117,8 @@ class Suite(models.Model):
     slug = models.SlugField(max_length=64)
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
+    # The folder an import made it from (resolved, as ImportRun.path); blank for other suites.
+    source = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -233,11 +233,18 @@ def _dtypes(case_dtype: str, outcome: dict[str, Any]) -> set[str]:
 
 @transaction.atomic
 def suite_set(
-    *, team: Team | None, slug: str, name: str, operators: list[Operator], description: str = ""
+    *,
+    team: Team | None,
+    slug: str,
+    name: str,
+    operators: list[Operator],
+    description: str = "",
+    source: str = "",
 ) -> Suite:
-    """Create or replace a suite's ordered list of operators."""
+    """Create or replace a suite's ordered list of operators (`source`: the folder an import
+    made it from)."""
     suite, _ = Suite.objects.update_or_create(
-        team=team, slug=slug, defaults={"name": name, "description": description}
+        team=team, slug=slug, defaults={"name": name, "description": description, "source": source}
     )
     suite.entries.all().delete()
     SuiteEntry.objects.bulk_create(
