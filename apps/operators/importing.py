@@ -287,17 +287,20 @@ def _suite_for(run: ImportRun, operators: list[Operator]) -> None:
 
 
 def _suite_slug(run: ImportRun) -> str:
-    """`<format>-<folder name>`, unless a suite of that slug the run's team sees came from
-    another folder (kb-v1/level1 and kb-v2/level1): then with a digest of the folder's path,
-    so no import takes over another folder's suite. A folder keeps the slug it got first; a
-    suite with no source (made before sources were kept) is taken as this folder's."""
+    """`<format>-<folder name>`, unless a suite of that slug from another folder (kb-v1/level1
+    and kb-v2/level1) is one the run's team sees or, for a shared suite, one a team's would
+    hide it behind: then with a digest of the folder's path, so no import takes over or hides
+    another folder's suite. A folder keeps the slug it got first; a suite with no source (made
+    before sources were kept) is taken as this folder's."""
     plain = slugify(f"{run.format}-{Path(run.path).name}")[:64]
     digest = hashlib.sha256(run.path.encode()).hexdigest()[:8]
     digested = f"{plain[:55].rstrip('-')}-{digest}"
     own = Suite.objects.filter(team=run.team, source=run.path, slug__in=[plain, digested])
     if own.exists():
         return own.values_list("slug", flat=True)[0]
-    seen = Suite.objects.filter(Q(team=run.team) | Q(team__isnull=True), slug=plain)
+    seen = Suite.objects.filter(slug=plain)
+    if run.team is not None:
+        seen = seen.filter(Q(team=run.team) | Q(team__isnull=True))
     return digested if seen.exclude(source__in=["", run.path]).exists() else plain
 
 

@@ -146,3 +146,19 @@ def test_a_long_folder_name_taken_elsewhere_gets_a_slug_within_bounds(
 
     slugs = sorted(suite.slug for suite in Suite.objects.filter(team=team))
     assert [len(slug) for slug in slugs] == [64, 64] and slugs[0] != slugs[1]
+
+
+def test_a_shared_import_is_not_hidden_behind_a_teams_suite_of_another_folder(
+    team: Team, other_team: Team, two_level1s: tuple[Path, Path]
+) -> None:
+    """A team's own suite hides a shared one of its slug, so a shared import of another
+    folder takes a slug of its own, which that team can launch too."""
+    own, shared = two_level1s
+    run_import(own, team)
+
+    run_import(shared, None)
+
+    [shared_suite] = Suite.objects.filter(team=None)
+    assert suite_operators(team, shared_suite.slug)[0] == [MATMUL]
+    assert suite_operators(other_team, shared_suite.slug)[0] == [MATMUL]
+    assert suite_operators(team, "kernelbench-level1")[0] == [RELU]
