@@ -138,3 +138,33 @@ def test_check_kernels_without_gcc_says_so(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(CommandError, match=f"^{reason}$"):
         call_command("check_kernels", "relu", stdout=out)
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("kernel", "returncode", "verdict"),
+    [("y[i] = x[i] > 0.0f ? x[i] : 0.0f;", 0, "CORRECT"), ("y[i] = x[i];", 1, "INCORRECT")],
+    ids=["correct", "incorrect"],
+)
+def test_evaluate_exits_1_after_the_verdict_unless_it_is_correct(
+    transactional_db: None, tmp_path: Path, kernel: str, returncode: int, verdict: str
+) -> None:
+    """It exited 0 whatever the verdict, so `evaluate OPERATOR kernel.c && deploy` deployed a
+    wrong kernel."""
+    stored_builtin("relu")
+    naive = Path("apps/operators/builtin/relu/naive.c").read_text()
+    source = tmp_path / "kernel.c"
+    source.write_text(naive.replace("y[i] = x[i] > 0.0f ? x[i] : 0.0f;", kernel))
+    run = subprocess.run([sys.executable, "manage.py", "evaluate", "relu", str(source),
+                          "--no-timing"], env=process_env("single-machine"), capture_output=True,
+                         text=True, timeout=300, check=False)  # fmt: skip
+
+    assert run.returncode == returncode, run.stdout + run.stderr
+    evaluation = Evaluation.objects.get()
+    assert run.stdout.startswith(f"evaluation {evaluation.pk} of relu v1\nverdict: {verdict}\n")
+    assert "environment: " in run.stdout  # the whole verdict, as before
+    if returncode:
+        assert (
+            run.stderr.strip().splitlines()[-1] == "CommandError: verdict INCORRECT: exit status 1"
+        )
+    else:
+        assert run.stderr == ""

@@ -31,7 +31,8 @@ MEASUREMENT_OPTIONS = {
 
 
 class Command(DatabaseCommand):
-    help = "Evaluate a cpu-c kernel against an operator: compile, check, time; print the verdict."
+    help = ("Evaluate a cpu-c kernel against an operator: compile, check, time; print the "
+            "verdict (exit status 1 unless it is CORRECT).")  # fmt: skip
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("operator", help="operator slug (built-in or the team's)")
@@ -91,6 +92,9 @@ class Command(DatabaseCommand):
                 f"evaluation {evaluation.pk} of {version.operator.slug} v{version.number}"
             )
             self.stdout.write(describe_verdict(evaluation.verdict))
+        status = evaluation.verdict["status"].upper()
+        if status != "CORRECT":  # after the verdict: `evaluate ... && deploy` stops here
+            raise CommandError(f"verdict {status}: exit status 1")
 
     def version(self, options: dict[str, Any]) -> Any:
         team = None
