@@ -110,3 +110,29 @@ def test_list_operators_with_a_team_shows_its_own_operator_in_place_of_the_share
     rows = out.getvalue().splitlines()[1:]
     assert [row.split()[0] for row in rows[:-1]] == ["relu", "sigmoid"]
     assert rows[0].endswith("  Our ReLU") and rows[-1] == "2 operators"
+
+
+def test_import_suite_exits_1_after_the_report_when_a_problem_failed(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """It exited 0 with failed problems in its report, so a script went on as if all were
+    imported; skipped and unchanged problems are no failure."""
+    (tmp_path / "1_Relu.py").write_text(SLOW_PROBLEM.replace("time.sleep(0.5)", "pass"))
+    (tmp_path / "helpers.py").write_text("SIZE = 4\n")  # not a problem: skipped
+    (tmp_path / "2_Broken.py").write_text(SLOW_PROBLEM.replace("time.sleep(0.5)", "1 / 0"))
+    command = [sys.executable, "manage.py", "import_suite", str(tmp_path)]
+    env = process_env("single-machine")
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)  # fmt: skip
+
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stdout.strip().endswith("1 imported, 0 unchanged, 1 skipped, 1 failed")
+    assert ("failed    kb_l1_2_broken (2_Broken.py): case default: ZeroDivisionError: "
+            "division by zero (the problem file line 9)\n") in run.stdout  # fmt: skip
+    assert run.stderr.strip().splitlines()[-1] == "CommandError: 1 problem(s) failed: exit status 1"
+
+    (tmp_path / "2_Broken.py").unlink()  # again: relu unchanged, the helper skipped, none failed
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
+                           check=False)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.strip().endswith("0 imported, 1 unchanged, 1 skipped, 0 failed")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from apps.accounts.models import Team
 from apps.operators.importing import ImportRequestError, import_execute, import_start, summary
@@ -187,9 +187,11 @@ def test_a_browser_import_may_only_read_under_the_import_roots(
 def test_the_command_prints_a_report_per_problem(
     team: Team, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    call_command(
-        "import_suite", str(SAMPLES / "npukernelbench" / "level1" / "broken"), "--team", team.slug
-    )
+    with pytest.raises(CommandError, match=r"^4 problem\(s\) failed: exit status 1$"):
+        call_command(
+            "import_suite", str(SAMPLES / "npukernelbench" / "level1" / "broken"), "--team",
+            team.slug,
+        )  # fmt: skip
 
     out = capsys.readouterr().out
     assert (

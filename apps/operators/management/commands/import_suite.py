@@ -10,12 +10,20 @@ from tqdm import tqdm
 from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand
 from apps.core.errors import DomainError
-from apps.operators.importing import FORMATS, ReportLine, import_execute, import_start, summary
+from apps.operators.importing import (
+    FAILED,
+    FORMATS,
+    ReportLine,
+    import_execute,
+    import_start,
+    summary,
+)
 from apps.operators.models import ImportRun
 
 
 class Command(DatabaseCommand):
-    help = "Import a KernelBench or NPUKernelBench checkout (or a folder inside one)."
+    help = ("Import a KernelBench or NPUKernelBench checkout (or a folder inside one); exit "
+            "status 1 when a problem failed.")  # fmt: skip
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("path", help="the folder to import")
@@ -72,6 +80,8 @@ class Command(DatabaseCommand):
             self.stdout.write(f"{line['outcome']:9} {name}{reason}")
         counts = summary(run)
         self.stdout.write(", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+        if counts[FAILED]:  # after the report; skipped and unchanged problems are no failure
+            raise CommandError(f"{counts[FAILED]} problem(s) failed: exit status 1")
 
 
 def stopped(run: ImportRun) -> NoReturn:
