@@ -31,7 +31,8 @@ REPORT_DIR = Path(settings.BASE_DIR) / "docs" / "gpu"
 
 
 class Command(BaseCommand):
-    help = "Evaluate Triton starting kernels on this host's CUDA GPU; print and save a report."
+    help = ("Evaluate Triton starting kernels on this host's CUDA GPU; print and save a report "
+            "(exit status 1 unless every verdict is correct).")  # fmt: skip
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--operators", default=",".join(SMALL_SUITE),
@@ -88,6 +89,9 @@ class Command(BaseCommand):
         path.write_text("\n".join(lines) + "\n")
         self.stdout.write("\n".join(table(rows)))
         self.stdout.write(f"\nwritten to {path}")
+        wrong = [row["slug"] for row in rows if row["status"] != "correct"]
+        if wrong:  # after the report, which is written either way
+            raise CommandError(f"not correct on every run: {', '.join(wrong)}: exit status 1")
 
     def check_operator(self, folder: OperatorFolder, repeats: int) -> dict[str, Any]:
         operator = folder_under_test(folder)
