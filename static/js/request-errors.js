@@ -1,0 +1,86 @@
+// htmx swaps in only a 2xx answer and leaves the page as it was otherwise: a Check workers
+// refused since the person became a viewer, an "expand" of a node deleted meanwhile, a server
+// that is down all looked like a click that did nothing. Each failed htmx request is said in
+// the page's one alert (base.html), with the server's own words where it gave some, as text:
+// an error message may quote what a user wrote. A later failure replaces it; the request's
+// element succeeding again (a poll after the server is back) or Dismiss clears it.
+(() => {
+  "use strict";
+  const region = document.getElementById("request-error");
+  if (!region) return;
+  const MAX_CHARS = 300;
+  let failedElement = null;
+
+  const squeeze = (text) => (text || "").replace(/\s+/g, " ").trim();
+
+  // What the person did, as the page names it: the button or link pressed, if any.
+  function action(detail) {
+    const control = detail.requestConfig?.triggeringEvent?.submitter
+      || detail.elt.closest("button, a, summary");
+    const name = control ? squeeze(control.textContent) : "";
+    return name ? `“${name}”` : "A request";
+  }
+
+  // The server's reason: the API's {"error": {"message"}}, or an error page's heading and
+  // the paragraph after it; parsed inertly (DOMParser runs no script, loads nothing).
+  function reason(xhr) {
+    const type = xhr.getResponseHeader("Content-Type") || "";
+    try {
+      if (type.includes("json")) return squeeze(JSON.parse(xhr.responseText).error.message);
+      if (type.includes("html")) {
+        const page = new DOMParser().parseFromString(xhr.responseText, "text/html");
+        const heading = squeeze(page.querySelector("h1")?.textContent);
+        const paragraph = Array.from(page.querySelectorAll("h1 ~ p"), said).find(Boolean);
+        return [heading, paragraph].filter(Boolean).join(". ");
+      }
+    } catch {
+      // not what its Content-Type says: the status line is all there is to say
+    }
+    return "";
+  }
+
+  // A paragraph's words, but none from one that is only a link ("Back to the workbench").
+  function said(paragraph) {
+    const text = squeeze(paragraph.textContent);
+    return text === squeeze(paragraph.querySelector("a")?.textContent) ? "" : text;
+  }
+
+  function shorten(text) {
+    return text.length > MAX_CHARS ? `${text.slice(0, MAX_CHARS - 1)}…` : text;
+  }
+
+  function show(element, text) {
+    failedElement = element;
+    if (region.querySelector("p")?.textContent === text) return;  // a poll failing again
+    const message = document.createElement("p");
+    message.textContent = text;
+    const dismiss = document.createElement("button");
+    dismiss.type = "button";
+    dismiss.textContent = "Dismiss";
+    dismiss.addEventListener("click", clear);
+    const box = document.createElement("div");
+    box.className = "request-error";
+    box.append(message, dismiss);
+    region.replaceChildren(box);
+  }
+
+  function clear() {
+    failedElement = null;
+    region.replaceChildren();
+  }
+
+  document.body.addEventListener("htmx:responseError", (event) => {
+    const { xhr } = event.detail;
+    const status = `${xhr.status} ${xhr.statusText}`.trim();
+    const what = xhr.status >= 500 ? "failed on the server" : "was refused";
+    const why = reason(xhr);
+    show(event.detail.elt, shorten(`${action(event.detail)} ${what} (${status})${why ? `: ${why}` : "."}`));
+  });
+  document.body.addEventListener("htmx:sendError", (event) => {
+    show(event.detail.elt, `${action(event.detail)} failed: the server could not be reached. `
+      + "Check the connection, or whether the workbench is running, and try again.");
+  });
+  document.body.addEventListener("htmx:afterRequest", (event) => {
+    if (event.detail.successful && event.detail.elt === failedElement) clear();
+  });
+})();
