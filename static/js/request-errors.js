@@ -3,7 +3,8 @@
 // that is down all looked like a click that did nothing. Each failed htmx request is said in
 // the page's one alert (base.html), with the server's own words where it gave some, as text:
 // an error message may quote what a user wrote. A later failure replaces it; the request's
-// element succeeding again (a poll after the server is back) or Dismiss clears it.
+// element succeeding again (a poll after the server is back) or Dismiss clears it. A request
+// sent after the session ended is not done either: it says so, and links to the login page.
 (() => {
   "use strict";
   const region = document.getElementById("request-error");
@@ -49,11 +50,12 @@
     return text.length > MAX_CHARS ? `${text.slice(0, MAX_CHARS - 1)}…` : text;
   }
 
-  function show(element, text) {
+  function show(element, text, link) {
     failedElement = element;
-    if (region.querySelector("p")?.textContent === text) return;  // a poll failing again
     const message = document.createElement("p");
     message.textContent = text;
+    if (link) message.append(" ", link);
+    if (region.querySelector("p")?.textContent === message.textContent) return;  // a poll again
     const dismiss = document.createElement("button");
     dismiss.type = "button";
     dismiss.textContent = "Dismiss";
@@ -62,6 +64,20 @@
     box.className = "request-error";
     box.append(message, dismiss);
     region.replaceChildren(box);
+  }
+
+  // A request made after the session ended is redirected to the login page, which the
+  // browser follows: htmx gets a 200, and would put the whole login page inside this one.
+  function toLogin(xhr) {
+    return Boolean(xhr.responseURL) && new URL(xhr.responseURL).pathname === region.dataset.login;
+  }
+
+  function loginLink() {
+    const link = document.createElement("a");
+    const next = encodeURIComponent(location.pathname + location.search);
+    link.href = `${region.dataset.login}?next=${next}`;
+    link.textContent = "Log in again";
+    return link;
   }
 
   function clear() {
@@ -74,13 +90,21 @@
     const status = `${xhr.status} ${xhr.statusText}`.trim();
     const what = xhr.status >= 500 ? "failed on the server" : "was refused";
     const why = reason(xhr);
-    show(event.detail.elt, shorten(`${action(event.detail)} ${what} (${status})${why ? `: ${why}` : "."}`));
+    const text = `${action(event.detail)} ${what} (${status})${why ? `: ${why}` : "."}`;
+    show(event.detail.elt, shorten(text));
   });
   document.body.addEventListener("htmx:sendError", (event) => {
     show(event.detail.elt, `${action(event.detail)} failed: the server could not be reached. `
       + "Check the connection, or whether the workbench is running, and try again.");
   });
+  document.body.addEventListener("htmx:beforeSwap", (event) => {
+    if (!toLogin(event.detail.xhr)) return;
+    event.detail.shouldSwap = false;
+    show(event.detail.elt, `${action(event.detail)} was not done: you are not logged in any more.`,
+      loginLink());
+  });
   document.body.addEventListener("htmx:afterRequest", (event) => {
-    if (event.detail.successful && event.detail.elt === failedElement) clear();
+    const { elt, successful, xhr } = event.detail;
+    if (successful && elt === failedElement && !toLogin(xhr)) clear();
   });
 })();

@@ -4,6 +4,7 @@ a 2xx answer, so a refused "Check workers" or a server gone away looked like a d
 from __future__ import annotations
 
 import pytest
+from django.contrib.sessions.models import Session
 from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
@@ -13,7 +14,7 @@ from tests.memory.test_forest_pages import small_forest
 from tests.processes import daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM, log_in, script_errors
+from .conftest import CHROMIUM, log_in, script_errors, submit_login
 from .test_untrusted_text import in_another_thread
 
 pytestmark = [
@@ -72,6 +73,27 @@ def test_a_check_sent_to_a_stopped_server_says_it_could_not_be_reached(
         "whether the workbench is running, and try again."
     )
     assert not [e for e in errors if "Content Security Policy" in e]
+
+
+def test_a_check_sent_after_the_session_ended_says_to_log_in_again(
+    engineer: Membership, chromium: Browser
+) -> None:
+    """The refusal is a redirect to the login page, which the browser follows: htmx got a 200
+    and put the whole login page inside the check's status line."""
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        open_workers_page(page, url, engineer)
+        in_another_thread(lambda: Session.objects.all().delete())  # logged out in another tab
+
+        page.get_by_role("button", name="Check workers").click()
+        alert = page.get_by_role("alert")
+        expect(alert.locator("p")).to_have_text(
+            "“Check workers” was not done: you are not logged in any more. Log in again"
+        )
+        expect(page.locator("#check-status")).to_be_empty()
+        alert.get_by_role("link", name="Log in again").click()
+        submit_login(page, engineer)
+        expect(page).to_have_url(f"{url}/t/oops/workers/")
 
 
 @pytest.fixture
