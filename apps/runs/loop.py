@@ -120,11 +120,6 @@ def session_lock(session_id: int) -> contextlib.AbstractContextManager[bool]:
     return advisory_lock(LOCK_NAMESPACE, session_id)
 
 
-def session_is_locked(session_id: int) -> bool:
-    with session_lock(session_id) as held:
-        return not held
-
-
 def session_begin(session: OptimizationSession) -> OptimizationSession:
     """Queued becomes running, and the journal opens with `session_started` (once)."""
     if step_done(session.pk, "session:started") and session.status == STATUS.RUNNING:

@@ -90,21 +90,19 @@ def stop_after_error(session: OptimizationSession, reason: str) -> None:
 @shared_task(name="runs.resume_orphaned", ignore_result=True)
 def resume_orphaned() -> int:
     """Sessions that should be running but that no worker holds (their worker died between
-    or during iterations, or the broker refused their message): queue their next iteration.
-    A duplicate is harmless: the session lock lets one advancer in, and replayed steps are
-    not recorded twice. A session never queued (ticket 0: made with start=False, as the
-    benchmarks make theirs) is run by the process that made it, and left to it."""
-    from apps.runs.loop import session_is_locked
-    from apps.runs.services import enqueue_advance
+    or during iterations, or the broker refused their message): send their message again,
+    with the ticket they have, so one still waiting in a backlog keeps its place (of its two
+    messages, the second to arrive finds the session taken or its ticket gone). A duplicate
+    is harmless: the session lock lets one advancer in, and replayed steps are not recorded
+    twice. A session never queued (ticket 0: made with start=False, as the benchmarks make
+    theirs) is run by the process that made it, and left to it."""
+    from apps.runs.services import publish_advance
 
-    resumed = 0
-    for session_id in OptimizationSession.objects.filter(
-        status__in=ACTIVE, ticket__gt=0
-    ).values_list("pk", flat=True):
-        if not session_is_locked(session_id):
-            enqueue_advance(session_id)
-            resumed += 1
-    return resumed
+    held = sessions_held()
+    orphans = OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0).exclude(
+        pk__in=held
+    )
+    return sum(publish_advance(pk, ticket) for pk, ticket in orphans.values_list("pk", "ticket"))
 
 
 def resend_stalled(resent: dict[int, int]) -> list[int]:

@@ -423,7 +423,8 @@ def test_a_starting_agent_worker_queues_a_session_the_broker_refused_not_one_run
     with django_capture_on_commit_callbacks(execute=True):
         assert resume_orphaned() == 1
 
-    assert sent == [(refused.pk, 2)]
+    assert sent == [(refused.pk, 1)]  # its own ticket: one waiting in a backlog keeps its place
+    assert OptimizationSession.objects.get(pk=refused.pk).ticket == 1
     statuses = OptimizationSession.objects.filter(pk__in=[run_here.pk, running_here.pk])
     assert sorted(statuses.values_list("status", "ticket")) == [("queued", 0), ("running", 0)]
 

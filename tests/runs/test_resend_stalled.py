@@ -17,7 +17,7 @@ from apps.memory.journal import journal_append
 from apps.runs.loop import session_lock
 from apps.runs.models import OptimizationSession
 from apps.runs.services import enqueue_advance, session_create
-from apps.runs.tasks import STALLED_AFTER, resend_stalled
+from apps.runs.tasks import STALLED_AFTER, resend_stalled, resume_orphaned
 from tests.factories import TeamFactory, stored_builtin
 
 
@@ -69,3 +69,21 @@ def test_a_ticket_is_sent_again_once_and_a_new_one_again(
 
     OptimizationSession.objects.filter(pk=stalled).update(status="finished")
     assert resend_stalled(resent) == [] and resent == {}
+
+
+def test_a_connecting_worker_sends_again_what_no_worker_holds_under_its_own_ticket(
+    team: Team,
+) -> None:
+    """At a worker's (re)connection: one waiting in a backlog keeps its place (a new ticket
+    would send it to the back and leave its first message dead), and one a worker is on is
+    left to it, read without trying its lock (which would turn that worker away)."""
+    waiting = session(team, quiet=False)
+    held = session(team)
+    session(team, status="paused")
+
+    with session_lock(held) as locked:
+        assert locked
+        assert resume_orphaned() == 1
+
+    tickets = OptimizationSession.objects.filter(pk__in=[waiting, held]).values_list("ticket")
+    assert list(tickets) == [(1,), (1,)]
