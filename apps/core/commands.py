@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -21,6 +23,20 @@ def require_a_migrated_database() -> None:
             f"the database {connection.settings_dict['NAME']} lacks {len(plan)} migrations "
             f"({names}{more}): run manage.py migrate first (make run does)"
         )
+
+
+def unwritable_folder(option: str, folder: Path) -> str | None:
+    """Why the folder an option names cannot take what a command writes there (made if
+    missing), or None: checked before a run of many minutes, not when its results are due."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror
+    else:
+        if os.access(folder, os.W_OK):
+            return None
+        reason = "permission denied"
+    return f"{option} {folder}: not a folder it can write to: {reason}"
 
 
 class DatabaseCommand(BaseCommand):

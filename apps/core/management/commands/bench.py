@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.core.commands import require_a_migrated_database
+from apps.core.commands import require_a_migrated_database, unwritable_folder
 from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EVAL_BOUNDS
 from apps.devices.reference_bench import REFERENCE_BENCHMARK
@@ -86,19 +85,8 @@ def option_problem(options: dict[str, Any]) -> str | None:
     if options["operators"] is not None and not operator_slugs(options["operators"]):
         return "--operators names no operator"  # left out, it means all of them
     if options["name"] == "kernels":
-        return out_dir_problem(Path(options["out"]) if options["out"] else default_out_dir())
-    return None
-
-
-def out_dir_problem(out_dir: Path) -> str | None:
-    """The tables are written after a run of many minutes: a folder that cannot take them is
-    refused before the run starts."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        return f"--out {out_dir}: not a folder it can write to: {error.strerror}"
-    if not os.access(out_dir, os.W_OK):
-        return f"--out {out_dir}: not a folder it can write to: permission denied"
+        return unwritable_folder("--out", Path(options["out"]) if options["out"]
+                                 else default_out_dir())  # fmt: skip
     return None
 
 

@@ -8,7 +8,6 @@ timings are printed and written to docs/gpu/<date>-<gpu>.md.
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import time
@@ -19,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.core.commands import unwritable_folder
 from apps.devices.evaluator import EvalSettings, EvaluationError
 from apps.devices.gpu.device import cuda_device, no_device_reason, triton_version
 from apps.devices.gpu.suite import builtin_folder, folder_under_test
@@ -65,7 +65,8 @@ class Command(BaseCommand):
         if options["repeats"] < 1:
             raise CommandError(f"--repeats {options['repeats']}: must be at least 1")
         out_dir = Path(options["output_dir"])
-        output_dir_check(out_dir)
+        if problem := unwritable_folder("--output-dir", out_dir):
+            raise CommandError(problem)
         where = device.name if device else "no GPU (Triton interpreter, correctness only)"
         header = [
             f"# GPU check, {date.today().isoformat()}, {where}",
@@ -127,18 +128,6 @@ def triton_folders(operators: str) -> list[OperatorFolder]:
                                "(naive_triton.py)")  # fmt: skip
         folders.append(folder)
     return folders
-
-
-def output_dir_check(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        reason = error.strerror
-    else:
-        if os.access(out_dir, os.W_OK):
-            return
-        reason = "permission denied"
-    raise CommandError(f"--output-dir {out_dir}: not a folder it can write to: {reason}")
 
 
 def summarise(slug: str, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
