@@ -98,11 +98,7 @@ def resume_orphaned() -> int:
     theirs) is run by the process that made it, and left to it."""
     from apps.runs.services import publish_advance
 
-    held = sessions_held()
-    orphans = OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0).exclude(
-        pk__in=held
-    )
-    return sum(publish_advance(pk, ticket) for pk, ticket in orphans.values_list("pk", "ticket"))
+    return sum(publish_advance(pk, ticket) for pk, ticket in unheld_sessions().items())
 
 
 def resend_stalled(resent: dict[int, int]) -> list[int]:
@@ -114,7 +110,7 @@ def resend_stalled(resent: dict[int, int]) -> list[int]:
     the ticket each was last sent again with, so a ticket is sent again once per caller."""
     from apps.runs.services import publish_advance
 
-    stalled = stalled_sessions()
+    stalled = unheld_sessions(quiet_for=STALLED_AFTER)
     sent = [pk for pk, ticket in stalled.items()
             if resent.get(pk) != ticket and publish_advance(pk, ticket)]  # fmt: skip
     for pk in set(resent) - set(stalled):
@@ -123,20 +119,21 @@ def resend_stalled(resent: dict[int, int]) -> list[int]:
     return sent
 
 
-def stalled_sessions() -> dict[int, int]:
-    """The ticket of each queued, running or stopping session that no worker holds and that
-    has not moved (made, or its latest journal event) for STALLED_AFTER."""
-    quiet_since = timezone.now() - STALLED_AFTER
-    latest_event = JournalEvent.objects.filter(session=OuterRef("pk")).order_by("-seq")
-    rows = (
-        OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0,
-                                           created_at__lt=quiet_since)
-        .annotate(moved_at=Subquery(latest_event.values("created_at")[:1]))
-        .filter(Q(moved_at=None) | Q(moved_at__lt=quiet_since))
-        .values_list("pk", "ticket")
-    )  # fmt: skip
+def unheld_sessions(*, quiet_for: timedelta | None = None) -> dict[int, int]:
+    """The ticket of each queued, running or stopping session that was queued (ticket above
+    0) and that no worker holds; with `quiet_for`, only those that have not moved (made, or
+    their latest journal event) for that long."""
+    sessions = OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0)
+    if quiet_for is not None:
+        quiet_since = timezone.now() - quiet_for
+        latest_event = JournalEvent.objects.filter(session=OuterRef("pk")).order_by("-seq")
+        sessions = (
+            sessions.filter(created_at__lt=quiet_since)
+            .annotate(moved_at=Subquery(latest_event.values("created_at")[:1]))
+            .filter(Q(moved_at=None) | Q(moved_at__lt=quiet_since))
+        )
     held = sessions_held()
-    return {pk: ticket for pk, ticket in rows if pk not in held}
+    return {pk: ticket for pk, ticket in sessions.values_list("pk", "ticket") if pk not in held}
 
 
 def sessions_held() -> set[int]:
