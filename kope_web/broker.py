@@ -8,7 +8,10 @@ consumer claims it by renaming it into the processed folder (atomic on one files
 consumers never take the same file; kept there only with `store_processed`); and a file that
 is not a message is moved to the rejected folder with an error in the log, and the worker goes
 on to the next. What a writer killed mid-write left aside is swept away once it is older than
-any write takes."""
+any write takes.
+
+The Redis transport (many hosts) is kombu's, with a channel whose close a worker survives when
+Redis goes under a message the worker has not acknowledged yet (RedisChannel)."""
 
 from __future__ import annotations
 
@@ -21,9 +24,10 @@ from queue import Empty
 from typing import Any
 
 from kombu.exceptions import ChannelError
-from kombu.transport import filesystem
+from kombu.transport import filesystem, redis
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +111,26 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+
+class RedisChannel(redis.Channel):
+    """kombu's Redis channel, whose close() a worker can always get through. A worker that
+    loses Redis while it holds a message it has not acknowledged collects its connection
+    (kombu detaches the transport) and then closes it, ignoring connection errors; kombu's
+    close puts the unacknowledged message back, and with the transport detached, or with
+    the BRPOP connection already torn down, fails with AttributeError, which Celery takes
+    for an unrecoverable error: the worker process exits instead of reconnecting. Here that
+    failure is the connection error it is. The message stays in Redis's unacked set, and
+    kombu puts it back in its queue once `visibility_timeout` has passed."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except AttributeError as torn_down:
+            raise RedisConnectionError(
+                f"the broker connection was torn down: {torn_down}"
+            ) from torn_down
+
+
+class RedisTransport(redis.Transport):
+    Channel = RedisChannel

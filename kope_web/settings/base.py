@@ -110,8 +110,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_redis_url("REDIS_URL")
 BROKER_DIR = DATA_DIR / "broker"
 
+# kombu's Redis transport, with a channel that survives Redis going under an unacked message
+# (see kope_web/broker.py).
+REDIS_TRANSPORT = "kope_web.broker:RedisTransport"
+
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT = REDIS_TRANSPORT
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
     CHANNEL_LAYERS = {
         "default": {
