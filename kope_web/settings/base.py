@@ -104,6 +104,13 @@ DATABASES = {
 # server's 100 connections in the load test (`make load`), and pages answered 503.
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("KOPE_DB_CONN_MAX_AGE", 0, maximum=3600)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A server that takes the connection and never answers would otherwise hold each request and
+# task for as long as TCP keeps the connection (minutes); a URL's own connect_timeout wins.
+_url_options = DATABASES["default"].get("OPTIONS")
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": env_int("KOPE_DB_CONNECT_TIMEOUT", 10, minimum=1, maximum=600),
+    **(_url_options if isinstance(_url_options, dict) else {}),
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Broker and channel layer: Redis when REDIS_URL is set, else no server at all ----------

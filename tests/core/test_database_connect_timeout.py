@@ -1,0 +1,76 @@
+"""A database host that takes the connection and then never answers (a wedged server, or one
+whose accept queue is full): without a connect timeout libpq waits for its reply for as long
+as TCP keeps the connection, many minutes, and every request and worker task that needs the
+database hangs with it instead of answering 503 and retrying."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.processes import ROOT
+
+CONNECT = """
+import django
+django.setup()
+from django.conf import settings
+from django.db import connection
+print("options", settings.DATABASES["default"]["OPTIONS"])
+connection.ensure_connection()
+"""
+
+
+@pytest.fixture
+def unanswering_database_port() -> Iterator[int]:
+    """A port that accepts no more connections: the kernel takes the handshake and the server
+    never reads or writes (its accept queue is full)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    queued = [socket.socket() for _ in range(3)]
+    for connection in queued:  # the later ones never complete: not waited for
+        connection.setblocking(False)
+        connection.connect_ex(("127.0.0.1", port))
+    yield port
+    for connection in queued:
+        connection.close()
+    server.close()
+
+
+def connect(database_url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Django's first connection, in a process of its own (settings read at start); one that
+    hangs fails the test after a minute."""
+    process_env = {k: v for k, v in os.environ.items() if not k.startswith("KOPE_DB_")}
+    process_env.update(DJANGO_SETTINGS_MODULE="kope_web.settings.local",
+                       DATABASE_URL=database_url, **env)  # fmt: skip
+    try:
+        return subprocess.run([sys.executable, "-c", CONNECT], cwd=ROOT, env=process_env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("the connection to a database that never answers was still waiting at 60 s")
+
+
+def test_a_database_that_never_answers_fails_the_connection_after_the_timeout(
+    unanswering_database_port: int,
+) -> None:
+    url = f"postgresql://kope@127.0.0.1:{unanswering_database_port}/kope"
+    result = connect(url, KOPE_DB_CONNECT_TIMEOUT="2")
+    assert result.returncode != 0
+    assert "'connect_timeout': 2" in result.stdout
+    assert "OperationalError" in result.stderr and "timeout expired" in result.stderr
+
+
+def test_the_connect_timeout_defaults_to_ten_seconds_and_a_database_url_may_set_its_own(
+    unanswering_database_port: int,
+) -> None:
+    url = f"postgresql://kope@127.0.0.1:{unanswering_database_port}/kope"
+    assert "'connect_timeout': 10" in connect(url).stdout
+    own = connect(f"{url}?connect_timeout=1", KOPE_DB_CONNECT_TIMEOUT="5")
+    assert "'connect_timeout': '1'" in own.stdout
+    assert "timeout expired" in own.stderr
