@@ -122,13 +122,25 @@ BROKER_DIR = DATA_DIR / "broker"
 REDIS_TRANSPORT = "kope_web.broker:RedisTransport"
 
 if REDIS_URL:
+    # A Redis that takes the connection and never answers would hold a publish (a launch's
+    # request, a worker's live event) for minutes; past this it fails as Redis down does.
+    REDIS_TIMEOUT = env_int("KOPE_REDIS_TIMEOUT", 10, minimum=1, maximum=600)
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT = REDIS_TRANSPORT
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "visibility_timeout": 3600,
+        "socket_connect_timeout": REDIS_TIMEOUT,
+        "socket_timeout": REDIS_TIMEOUT,
+    }
+    # The layer's reads wait on Redis by design (a blocking pop), so only its connects are
+    # bounded.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "kope"},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_connect_timeout": REDIS_TIMEOUT}],
+                "prefix": "kope",
+            },
         }
     }
 else:

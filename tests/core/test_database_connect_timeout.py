@@ -6,10 +6,8 @@ database hangs with it instead of answering 503 and retrying."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,24 +21,6 @@ from django.db import connection
 print("options", settings.DATABASES["default"]["OPTIONS"])
 connection.ensure_connection()
 """
-
-
-@pytest.fixture
-def unanswering_database_port() -> Iterator[int]:
-    """A port that accepts no more connections: the kernel takes the handshake and the server
-    never reads or writes (its accept queue is full)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    queued = [socket.socket() for _ in range(3)]
-    for connection in queued:  # the later ones never complete: not waited for
-        connection.setblocking(False)
-        connection.connect_ex(("127.0.0.1", port))
-    yield port
-    for connection in queued:
-        connection.close()
-    server.close()
 
 
 def connect(database_url: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -57,9 +37,9 @@ def connect(database_url: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_database_that_never_answers_fails_the_connection_after_the_timeout(
-    unanswering_database_port: int,
+    unanswering_port: int,
 ) -> None:
-    url = f"postgresql://kope@127.0.0.1:{unanswering_database_port}/kope"
+    url = f"postgresql://kope@127.0.0.1:{unanswering_port}/kope"
     result = connect(url, KOPE_DB_CONNECT_TIMEOUT="2")
     assert result.returncode != 0
     assert "'connect_timeout': 2" in result.stdout
@@ -67,9 +47,9 @@ def test_a_database_that_never_answers_fails_the_connection_after_the_timeout(
 
 
 def test_the_connect_timeout_defaults_to_ten_seconds_and_a_database_url_may_set_its_own(
-    unanswering_database_port: int,
+    unanswering_port: int,
 ) -> None:
-    url = f"postgresql://kope@127.0.0.1:{unanswering_database_port}/kope"
+    url = f"postgresql://kope@127.0.0.1:{unanswering_port}/kope"
     assert "'connect_timeout': 10" in connect(url).stdout
     own = connect(f"{url}?connect_timeout=1", KOPE_DB_CONNECT_TIMEOUT="5")
     assert "'connect_timeout': '1'" in own.stdout
