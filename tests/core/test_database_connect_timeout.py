@@ -5,13 +5,9 @@ database hangs with it instead of answering 503 and retrying."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
-import pytest
-
-from tests.processes import ROOT
+from tests.core.scripts import django_script
 
 CONNECT = """
 import django
@@ -26,14 +22,13 @@ connection.ensure_connection()
 def connect(database_url: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Django's first connection, in a process of its own (settings read at start); one that
     hangs fails the test after a minute."""
-    process_env = {k: v for k, v in os.environ.items() if not k.startswith("KOPE_DB_")}
-    process_env.update(DJANGO_SETTINGS_MODULE="kope_web.settings.local",
-                       DATABASE_URL=database_url, **env)  # fmt: skip
-    try:
-        return subprocess.run([sys.executable, "-c", CONNECT], cwd=ROOT, env=process_env,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.fail("the connection to a database that never answers was still waiting at 60 s")
+    return django_script(
+        CONNECT,
+        {"DATABASE_URL": database_url, **env},
+        dropped="KOPE_DB_",
+        waiting="the connection to a database that never answers",
+        timeout=60,
+    )
 
 
 def test_a_database_that_never_answers_fails_the_connection_after_the_timeout(

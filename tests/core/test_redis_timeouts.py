@@ -6,13 +6,7 @@ down: the launch answers with its session queued, the event is read from the jou
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import pytest
-
-from tests.processes import ROOT
+from tests.core.scripts import django_script
 
 PUBLISH = """
 import django
@@ -26,21 +20,13 @@ print("done")
 """
 
 
-def publish_with(redis_url: str, **env: str) -> subprocess.CompletedProcess[str]:
-    process_env = {k: v for k, v in os.environ.items() if not k.startswith("KOPE_REDIS")}
-    process_env.update(DJANGO_SETTINGS_MODULE="kope_web.settings.local", REDIS_URL=redis_url,
-                       **env)  # fmt: skip
-    try:
-        return subprocess.run([sys.executable, "-c", PUBLISH], cwd=ROOT, env=process_env,
-                              capture_output=True, text=True, timeout=90)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.fail("publishing to a Redis that never answers was still waiting at 90 s")
-
-
 def test_publishing_to_a_redis_that_never_answers_fails_after_the_timeout(
     unanswering_port: int,
 ) -> None:
-    result = publish_with(f"redis://127.0.0.1:{unanswering_port}/0", KOPE_REDIS_TIMEOUT="1")
+    redis_url = f"redis://127.0.0.1:{unanswering_port}/0"
+    result = django_script(PUBLISH, {"REDIS_URL": redis_url, "KOPE_REDIS_TIMEOUT": "1"},
+                           dropped="KOPE_REDIS", waiting="publishing to a Redis that never answers",
+                           timeout=90)  # fmt: skip
     assert "advance sent False" in result.stdout, result.stderr[-2000:]
     assert "done" in result.stdout, result.stderr[-2000:]
     assert "Timeout connecting to server" in result.stderr
