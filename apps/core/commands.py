@@ -45,3 +45,11 @@ class DatabaseCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> str | None:
         require_a_migrated_database()
         return super().execute(*args, **options)
+
+
+def connection_after_ctrl_c() -> None:
+    """Drop the database connection a Ctrl-C may have caught mid-query: psycopg, interrupted
+    while sending, leaves it "another command is already in progress" and every later query on
+    it fails, so the command's own "stopped" update never landed. The next query opens a new
+    one."""
+    connection.close()

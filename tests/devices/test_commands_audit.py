@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.devices.evaluator import EvalSettings
+from apps.devices.management.commands.evaluate import stopped
 from apps.devices.models import Evaluation
+from apps.devices.services import claim_attempt, evaluation_request
 from apps.operators import builtin_suite
 from tests.factories import stored_builtin
+from tests.interrupts import command_caught_mid_query
 from tests.processes import wait_until
 from tests.workbench.test_live_events import process_env
 
@@ -122,11 +126,27 @@ def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: No
         stdout, stderr = process.communicate(timeout=120)
 
     evaluation = Evaluation.objects.get()
-    assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C")
+    assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C"), stderr
     assert process.returncode == 1, stdout + stderr
     reason = f"evaluation {evaluation.pk} stopped by Ctrl-C; nothing was judged"
     assert stderr.strip().splitlines()[-1] == f"CommandError: {reason}"
     assert "Traceback" not in stderr
+
+
+def test_ctrl_c_during_a_query_still_ends_the_evaluation_failed(transactional_db: None) -> None:
+    """Ctrl-C that landed while psycopg was sending a query left the connection "another
+    command is already in progress", and the command's own update failed on it: the evaluation
+    stayed "running" (seen in one full test run of the test above)."""
+    evaluation, _ = evaluation_request(version=stored_builtin("relu"), source_text="int x;",
+                                       options=EvalSettings(timing=False))  # fmt: skip
+    claim_attempt(evaluation.pk, max_attempts=3)
+    command_caught_mid_query()
+
+    with pytest.raises(CommandError, match=f"^evaluation {evaluation.pk} stopped by Ctrl-C"):
+        stopped(evaluation.pk)
+
+    evaluation.refresh_from_db()
+    assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C")
 
 
 def test_check_kernels_without_gcc_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

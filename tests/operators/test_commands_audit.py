@@ -14,8 +14,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.operators import builtin_suite
+from apps.operators.management.commands.import_suite import stopped
 from apps.operators.models import ImportRun, Operator, Suite
 from tests.factories import TeamFactory, stored_builtin
+from tests.interrupts import command_caught_mid_query
 from tests.processes import wait_until
 from tests.workbench.test_live_events import process_env
 
@@ -91,6 +93,20 @@ def test_import_suite_stopped_by_ctrl_c_ends_failed_saying_where(
     assert process.returncode == 1, stdout + stderr
     assert stderr.strip().splitlines()[-1] == f"CommandError: {run.error}"
     assert "Traceback" not in stderr
+
+
+def test_ctrl_c_during_a_query_still_ends_the_import_failed(transactional_db: None) -> None:
+    """Ctrl-C that landed while psycopg was sending a query left the connection "another
+    command is already in progress": the run's own "stopped" update failed on it, and the run
+    stayed "running"."""
+    run = ImportRun.objects.create(path="/suites/mine", format="kernelbench", total=8, done=3)
+    command_caught_mid_query()
+
+    with pytest.raises(CommandError, match=r"^stopped by Ctrl-C after 3 of 8 problems"):
+        stopped(run)
+
+    run.refresh_from_db()
+    assert run.status == ImportRun.Status.FAILED and run.finished_at is not None
 
 
 def test_list_operators_with_a_team_shows_its_own_operator_in_place_of_the_shared_one(

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from apps.accounts.models import Team
-from apps.core.commands import DatabaseCommand
+from apps.core.commands import DatabaseCommand, connection_after_ctrl_c
 from apps.core.errors import DomainError
 from apps.devices.cpu_c.build import FlagsRejected, checked_flags
 from apps.devices.evaluator import EVAL_BOUNDS, EvalSettings
@@ -122,5 +122,6 @@ def stopped(evaluation_id: int) -> NoReturn:
     """Ctrl-C: the evaluation ends failed, so the next `evaluate` starts it over. Left running,
     an agent worker that starts later took it for a dead worker's and ran it, and each Ctrl-C
     used up an attempt until one `evaluate` gave up at once, blaming a killed worker."""
+    connection_after_ctrl_c()
     evaluation_fail(Evaluation.objects.get(pk=evaluation_id), "stopped by Ctrl-C")
     raise CommandError(f"evaluation {evaluation_id} stopped by Ctrl-C; nothing was judged")

@@ -8,7 +8,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from apps.accounts.models import Team
-from apps.core.commands import DatabaseCommand
+from apps.core.commands import DatabaseCommand, connection_after_ctrl_c
 from apps.core.errors import DomainError
 from apps.operators.importing import (
     FAILED,
@@ -87,6 +87,7 @@ class Command(DatabaseCommand):
 def stopped(run: ImportRun) -> NoReturn:
     """Ctrl-C: the run ends failed, saying where, rather than "running" with no process on it
     (a traceback, and an agent worker that starts later taking up the import it stopped)."""
+    connection_after_ctrl_c()
     run.refresh_from_db()  # a problem is stored in one transaction: none is half-stored
     reason = (f"stopped by Ctrl-C after {run.done} of {run.total} problems (those are kept); "
               "import the folder again to go on")  # fmt: skip
