@@ -121,10 +121,12 @@ BROKER_DIR = DATA_DIR / "broker"
 # (see kope_web/broker.py).
 REDIS_TRANSPORT = "kope_web.broker:RedisTransport"
 
+# A Redis that takes the connection and never answers would hold a publish (a launch's
+# request, a worker's live event) for minutes; past this it fails as Redis down does. Read
+# without Redis too, so a bad value is reported before the day REDIS_URL is set.
+REDIS_TIMEOUT = env_int("KOPE_REDIS_TIMEOUT", 10, minimum=1, maximum=600)
+
 if REDIS_URL:
-    # A Redis that takes the connection and never answers would hold a publish (a launch's
-    # request, a worker's live event) for minutes; past this it fails as Redis down does.
-    REDIS_TIMEOUT = env_int("KOPE_REDIS_TIMEOUT", 10, minimum=1, maximum=600)
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT = REDIS_TRANSPORT
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {

@@ -40,6 +40,8 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         ("DATABASE_URL", "mysql://db/kope", "DATABASE_URL must start with postgresql://"),
         ("REDIS_URL", "localhost:6379", "REDIS_URL must start with redis://"),
         ("DJANGO_DEBUG", "sometimes", "DJANGO_DEBUG='sometimes' is not a boolean"),
+        # Used only with REDIS_URL, and reported without it: not first on the day Redis comes.
+        ("KOPE_REDIS_TIMEOUT", "0", "KOPE_REDIS_TIMEOUT=0 is outside 1..600"),
         # The target's name, not its queue's: a device worker would wait on device.cpu-c,
         # which nothing is sent to, and no evaluation would ever run.
         ("KOPE_DEVICE_TARGETS", "cpu-c", "KOPE_DEVICE_TARGETS='cpu-c' is not a comma list of"),
