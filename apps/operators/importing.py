@@ -215,7 +215,11 @@ def _import_held(run: ImportRun, on_progress: Progress | None) -> ImportRun:
     by_slug = {o.slug: o for o in Operator.objects.filter(team=run.team, slug__in=slugs)}
     stored = [by_slug[slug] for slug in slugs if slug in by_slug]  # one deleted since is not
     for problem in found[len(kept) :]:
-        line = import_one(problem, run, claimed)
+        if started_before(run) >= settings.KOPE_IMPORT_MAX_ATTEMPTS:
+            line = left_out(problem, deaths=run.attempts)
+        else:
+            attempt_counted(run)
+            line = import_one(problem, run, claimed)
         if line.outcome in (IMPORTED, UNCHANGED):
             stored.append(Operator.objects.get(team=run.team, slug=line.operator))
         run.done += 1
@@ -263,6 +267,26 @@ def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -
         problem.label, IMPORTED if created else UNCHANGED, _note(version) if created else "",
         operator=slug, version=version.number,
     )  # fmt: skip
+
+
+def started_before(run: ImportRun) -> int:
+    """How often a process started importing the run's next problem and died before it was
+    reported (killed, out of memory): the run was taken up again where its report ends."""
+    return run.attempts if run.attempts_at == run.done else 0
+
+
+def attempt_counted(run: ImportRun) -> None:
+    run.attempts, run.attempts_at = started_before(run) + 1, run.done
+    run.save(update_fields=["attempts", "attempts_at"])
+
+
+def left_out(problem: FoundProblem, *, deaths: int) -> ReportLine:
+    """A problem the import stopped on each time: taken up again for ever, it held the rest of
+    the folder back and killed a worker each time."""
+    slug = problem.definition.spec.slug if problem.definition else ""
+    return ReportLine(problem.label, FAILED, f"left out: the import stopped on it {deaths} "
+                      "times (its worker killed, out of memory or out of task time); import it "
+                      "alone to see why", operator=slug)  # fmt: skip
 
 
 def _note(version: Any) -> str:

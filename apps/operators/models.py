@@ -168,6 +168,10 @@ class ImportRun(models.Model):
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=list)  # [{"operator", "outcome", "reason"}]
+    # How often a process started importing problem number `attempts_at` (0-based): one past
+    # the first found the run where a worker had died importing it.
+    attempts = models.PositiveIntegerField(default=0)
+    attempts_at = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

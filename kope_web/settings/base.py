@@ -274,6 +274,8 @@ NINJA_PAGINATION_MAX_LIMIT = 1000
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("KOPE_MAX_REQUEST_BYTES", 2_000_000, minimum=10_000)
 KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, minimum=1024)
 KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
+# Workers that may die importing one problem before it is left out and the import goes on.
+KOPE_IMPORT_MAX_ATTEMPTS = env_int("KOPE_IMPORT_MAX_ATTEMPTS", 2, minimum=1, maximum=10)
 
 # --- Device execution: evaluating candidate kernels (apps/devices/evaluator.py) -------------
 # The first four have the bounds of evaluator.EVAL_BOUNDS.

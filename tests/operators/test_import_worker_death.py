@@ -116,6 +116,58 @@ def test_an_import_whose_worker_is_killed_is_finished_by_the_next_worker(
     assert [line["outcome"] for line in run.report].count("unchanged") <= 1, run.report
 
 
+def on_problem(run_id: int, index: int, attempt: int) -> bool:
+    """Whether the run's `attempt`-th start of problem number `index` (0-based) is in flight."""
+    run = ImportRun.objects.get(pk=run_id)
+    return (run.done, run.attempts_at, run.attempts) == (index, index, attempt)
+
+
+@pytest.mark.timeout(300)
+def test_a_problem_the_import_stopped_on_each_time_is_left_out_and_the_rest_imported(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """A problem whose import killed the worker each time (out of memory, say) was taken up
+    by every agent worker that connected, killing it too, and the problems after it never
+    came. With KOPE_IMPORT_MAX_ATTEMPTS=2, the third worker leaves it out and goes on."""
+    folder = tmp_path / "poison"
+    folder.mkdir()
+    for number in range(1, 5):  # the third one's reference takes long enough to be killed in
+        sleep_s = 30 if number == 3 else 0.05
+        (folder / f"{number}_Slow_relu_{number}.py").write_text(
+            SLOW_PROBLEM.replace("{sleep_s}", str(sleep_s))
+        )
+    team = TeamFactory()
+    run = import_start(path=str(folder), fmt=None, scale=1.0, team=team, user=None,
+                       restrict=False)  # fmt: skip
+    env = {**process_env("single-machine"), "KOPE_IMPORT_MAX_ATTEMPTS": "2"}
+
+    for attempt in (1, 2):  # the first worker gets the message, the second resumes the run
+        with celery_worker(env, "agent", f"importer-{attempt}@poison") as worker:
+            if attempt == 1:
+                import_folder.delay(run.pk)
+            wait_until(lambda: on_problem(run.pk, 2, attempt), 120,  # noqa: B023
+                       f"start {attempt} of the third problem", lambda: story(run.pk))  # fmt: skip
+            os.killpg(worker.popen.pid, signal.SIGKILL)
+            worker.popen.wait()
+    with celery_worker(env, "agent", "importer-3@poison"):
+        wait_until(lambda: ImportRun.objects.get(pk=run.pk).status != "running", 120,
+                   "the import to end on the third worker", lambda: story(run.pk))  # fmt: skip
+
+    run.refresh_from_db()
+    assert (run.status, run.done, run.total) == ("done", 4, 4), story(run.pk)
+    assert [line["problem"] for line in run.report] == [
+        f"{number}_Slow_relu_{number}.py" for number in range(1, 5)
+    ]
+    outcomes = [line["outcome"] for line in run.report]
+    assert outcomes == ["imported", "imported", "failed", "imported"]
+    assert run.report[2]["reason"] == (
+        "left out: the import stopped on it 2 times (its worker killed, out of memory or out "
+        "of task time); import it alone to see why"
+    )
+    assert Suite.objects.get(team=team).entries.count() == 3
+    assert Operator.objects.filter(team=team).count() == 3
+
+
 def test_a_task_whose_soft_time_limit_comes_mid_import_leaves_the_rest_to_a_new_one(
     transactional_db: None, tmp_path: Path
 ) -> None:
