@@ -105,10 +105,11 @@ def daphne_process(env: dict[str, str]) -> tuple[Process, str]:
     return Process(args, env), f"http://127.0.0.1:{port}"
 
 
-def worker_process(env: dict[str, str], queues: str, hostname: str) -> Process:
-    """A Celery worker starting (not yet ready)."""
+def worker_process(env: dict[str, str], queues: str, hostname: str, pool: str = "solo") -> Process:
+    """A Celery worker starting (not yet ready). The solo pool runs tasks in the process that
+    talks to the broker: busy, it answers no broadcast; `make run`'s prefork pool does."""
     args = [sys.executable, "-m", "celery", "-A", "kope_web", "worker", "-Q", queues,
-            "--pool", "solo", "--hostname", hostname, "--loglevel", "INFO",
+            "--pool", pool, "--concurrency", "1", "--hostname", hostname, "--loglevel", "INFO",
             "--without-heartbeat", "--without-mingle", "--without-gossip"]  # fmt: skip
     return Process(args, env)
 
@@ -130,8 +131,10 @@ def daphne(env: dict[str, str], workers: Sequence[tuple[str, str]] = ()) -> Iter
 
 
 @contextmanager
-def celery_worker(env: dict[str, str], queues: str, hostname: str) -> Iterator[Process]:
-    processes = [worker_process(env, queues, hostname)]
+def celery_worker(
+    env: dict[str, str], queues: str, hostname: str, pool: str = "solo"
+) -> Iterator[Process]:
+    processes = [worker_process(env, queues, hostname, pool)]
     with stopped_on_exit(processes):
         processes[0].wait_for_output(" ready.")
         yield processes[0]

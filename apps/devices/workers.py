@@ -30,19 +30,23 @@ def known_queues() -> list[str]:
 
 
 def workers_online() -> list[WorkerInfo]:
-    """Ask every worker over the broker's broadcast channel; the silent are not listed."""
-    inspect = app.control.inspect(timeout=settings.WORKER_PING_TIMEOUT_S)
-    queues: dict[str, Any] = inspect.active_queues() or {}
-    active: dict[str, Any] = inspect.active() or {}
-    return [
-        WorkerInfo(
-            name=name,
-            queues=sorted(q["name"] for q in worker_queues),
-            active_tasks=len(active.get(name, [])),
-            running=running_tasks(active.get(name, [])),
-        )
-        for name, worker_queues in sorted(queues.items())
-    ]
+    """Ask every worker over the broker's broadcast channel (kope_web.celery.workbench_status);
+    the silent are not listed."""
+    replies = app.control.broadcast(
+        "workbench_status", reply=True, timeout=settings.WORKER_PING_TIMEOUT_S
+    )
+    answers = {name: answer for reply in replies or [] for name, answer in reply.items()}
+    return [worker_info(name, answer) for name, answer in sorted(answers.items())]
+
+
+def worker_info(name: str, answer: dict[str, Any]) -> WorkerInfo:
+    active = answer.get("active") or []  # absent: a worker of an older version ("error")
+    return WorkerInfo(
+        name=name,
+        queues=sorted(queue["name"] for queue in answer.get("queues") or []),
+        active_tasks=len(active),
+        running=running_tasks(active),
+    )
 
 
 def running_tasks(active: list[dict[str, Any]], now: float | None = None) -> list[str]:
