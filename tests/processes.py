@@ -97,9 +97,9 @@ def stopped_on_exit(processes: list[Process]) -> Iterator[None]:
             process.wait_stopped()
 
 
-def daphne_process(env: dict[str, str]) -> tuple[Process, str]:
+def daphne_process(env: dict[str, str], port: int | None = None) -> tuple[Process, str]:
     """A Daphne server starting (not yet answering) and its URL."""
-    port = free_port()
+    port = port or free_port()
     args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
             "kope_web.asgi:application"]  # fmt: skip
     return Process(args, env), f"http://127.0.0.1:{port}"
@@ -115,12 +115,14 @@ def worker_process(env: dict[str, str], queues: str, hostname: str, pool: str = 
 
 
 @contextmanager
-def daphne(env: dict[str, str], workers: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
+def daphne(
+    env: dict[str, str], workers: Sequence[tuple[str, str]] = (), port: int | None = None
+) -> Iterator[str]:
     """Daphne's URL once it answers, with the (queues, hostname) workers ready too: all start
     at once, since each spends seconds importing Django and the apps."""
     processes: list[Process] = []
     with stopped_on_exit(processes):
-        process, url = daphne_process(env)
+        process, url = daphne_process(env, port)
         processes.append(process)
         for queues, hostname in workers:
             processes.append(worker_process(env, queues, hostname))

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
+from django.db.transaction import atomic
 from playwright.sync_api import Browser, Page, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.accounts.services import membership_remove
+from apps.devices.workers import worker_check_start
 from tests.factories import MembershipFactory, TeamFactory
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
 from .conftest import CHROMIUM, log_in
+from .test_untrusted_text import in_another_thread
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,6 +67,47 @@ def test_a_second_check_shows_only_its_own_answers(engineer: Membership, chromiu
         second = check_and_wait_for_answers(page, previous=first)
         expect(page.locator("#answers li")).to_have_count(2)
         expect(page.locator(f'#answers li[data-check="{second}"]')).to_have_count(2)
+
+
+def test_a_dropped_socket_is_said_and_a_check_after_it_answered(
+    engineer: Membership, chromium: Browser
+) -> None:
+    """The answers come over a websocket. When it dropped (Daphne restarted), the page said
+    nothing, and the answers sent meanwhile were missing without a word."""
+    env = process_env("single-machine")
+    with celery_worker(env, "agent,device.cpu", "dropped@test"):
+        with daphne(env) as url:
+            page = chromium.new_page()
+            log_in(page, url, engineer, "/t/live/workers/")
+            live = page.locator("#live-status")
+            expect(live).to_have_text("Live answers: connected.")
+        expect(live).to_have_text("Live answers: connection lost, reconnecting… Answers that "
+                                  "come meanwhile are not shown.")  # fmt: skip
+        with daphne(env, port=urlsplit(url).port):  # the same address, as after a restart
+            expect(live).to_have_text(
+                "Live answers: reconnected. Answers sent while the connection was down are not "
+                "shown: check again to see every worker's.", timeout=60_000,
+            )  # fmt: skip
+            check_and_wait_for_answers(page)
+
+
+def test_a_member_removed_while_watching_is_told_and_sees_no_more_answers(
+    engineer: Membership, chromium: Browser
+) -> None:
+    in_another_thread(lambda: MembershipFactory(team=engineer.team, role=Role.ADMIN))
+    env = process_env("single-machine")
+    with daphne(env) as url, celery_worker(env, "agent,device.cpu", "removed@test"):
+        page = chromium.new_page()
+        log_in(page, url, engineer, "/t/live/workers/")
+        live = page.locator("#live-status")
+        expect(live).to_have_text("Live answers: connected.")
+
+        user = engineer.user.username
+        in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
+        in_another_thread(lambda: atomic(worker_check_start)(team=engineer.team))
+        expect(live).to_have_text("Live answers: closed: you are no longer in this team.",
+                                  timeout=30_000)  # fmt: skip
+        assert page.locator("#answers li").count() == 0
 
 
 def check_and_wait_for_answers(page: Page, previous: str = "") -> str:
