@@ -68,7 +68,13 @@ PAGES = [
         {"kind": "knowledge", "format": "json"},
     ),
     Endpoint("export-download", "get", "/t/{team}/reports/{export_id}/download/", Permission.VIEW),
-    Endpoint("knowledge-import", "post", "/t/{team}/reports/import/", Permission.REVIEW, {}),
+    Endpoint(
+        "knowledge-import",
+        "post",
+        "/t/{team}/reports/import/",
+        Permission.REVIEW,
+        {"file": KNOWLEDGE_FILE},
+    ),
     Endpoint("knowledge", "get", "/t/{team}/knowledge/?q=tile+the+k+loop", Permission.VIEW),
     Endpoint(
         "document", "get", "/t/{team}/knowledge/documents/doc:cpu-c:cheatsheet/", Permission.VIEW

@@ -28,7 +28,9 @@ from apps.reports.services import export_request, knowledge_import, upload_bytes
 LISTED = 200  # exports a page
 
 
-def page(request: HttpRequest, membership: Membership, **forms: Any) -> HttpResponse:
+def page(
+    request: HttpRequest, membership: Membership, status: int = 200, **forms: Any
+) -> HttpResponse:
     sessions = session_choices(membership.team)
     exports = page_of(request, team_exports(membership.team), per_page=LISTED)
     context = {
@@ -42,7 +44,7 @@ def page(request: HttpRequest, membership: Membership, **forms: Any) -> HttpResp
     }  # fmt: skip
     if request.htmx and request.GET.get("part") == "exports":  # type: ignore[attr-defined]
         return render(request, "reports/reports.html#exports", context)
-    return render(request, "reports/reports.html", context)
+    return render(request, "reports/reports.html", context, status=status)
 
 
 @team_view()
@@ -77,7 +79,7 @@ def export_create(request: HttpRequest, membership: Membership) -> HttpResponse:
             export.refresh_from_db()  # a large one is sent after commit, and may have failed
             messages.info(request, export_message(export))
             return redirect("reports", team=membership.team.slug)
-    return page(request, membership, **{kind: form})
+    return page(request, membership, status=400, **{kind: form})  # sent back: what was wrong
 
 
 def export_message(export: Export) -> str:
@@ -106,7 +108,7 @@ def knowledge_import_view(request: HttpRequest, membership: Membership) -> HttpR
         else:
             messages.success(request, export.progress_text)
             return redirect("reports", team=membership.team.slug)
-    return page(request, membership, **{"import": form})
+    return page(request, membership, status=400, **{"import": form})
 
 
 @team_view()

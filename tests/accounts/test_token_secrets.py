@@ -26,3 +26,12 @@ def test_the_api_answer_that_holds_a_new_token_is_never_stored(user: User) -> No
 
     assert created.status_code == 201 and created.json()["token"].startswith("kope_")
     assert "no-store" in created["Cache-Control"]
+
+
+def test_a_token_form_without_a_name_is_sent_back_with_400_and_makes_none(user: User) -> None:
+    """It answered 200, unlike every other form the workbench sends back with what was wrong."""
+    refused = logged_in(user).post("/accounts/tokens/", {"name": "   "})
+
+    assert refused.status_code == 400
+    assert "This field is required." in refused.content.decode()
+    assert not user.api_tokens.exists()

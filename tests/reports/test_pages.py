@@ -53,7 +53,7 @@ def test_a_comparison_needs_two_different_sessions(
     form = {"kind": "comparison", "a": session.pk, "b": session.pk, "format": "json"}
 
     same = client.post(f"/t/{team.slug}/reports/new/", form)
-    assert same.status_code == 200 and "Pick two different sessions." in same.content.decode()
+    assert same.status_code == 400 and "Pick two different sessions." in same.content.decode()
     assert not Export.objects.exists()
 
     client.post(f"/t/{team.slug}/reports/new/", form | {"b": other.pk})
@@ -128,7 +128,7 @@ def test_a_bad_import_file_is_shown_with_what_is_wrong_and_listed_as_failed(
     response = client.post(f"/t/{team.slug}/reports/import/", {"file": bad})
 
     page = response.content.decode()
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "notes.json: version: must be 1, got 7" in page
     assert '<span class="status status-failed">' in page and not Rule.objects.exists()
 
