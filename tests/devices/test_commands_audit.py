@@ -149,6 +149,20 @@ def test_ctrl_c_during_a_query_still_ends_the_evaluation_failed(transactional_db
     assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C")
 
 
+@pytest.mark.parametrize("text", ["", " \n\t\n"], ids=["empty", "blank"])
+def test_evaluate_refuses_an_empty_kernel_file_storing_nothing(
+    db: None, tmp_path: Path, text: str
+) -> None:
+    """It compiled nothing, stored a REJECTED verdict for it and listed that evaluation
+    beside real ones: a wrong path or a truncated file, judged as a kernel."""
+    stored_builtin("relu")
+    empty = tmp_path / "kernel.c"
+    empty.write_text(text)
+    with pytest.raises(CommandError, match=f"^{empty} is empty: no kernel to evaluate$"):
+        call_command("evaluate", "relu", str(empty), "--no-timing", stdout=StringIO())
+    assert not Evaluation.objects.exists()
+
+
 def test_check_kernels_without_gcc_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A host without gcc (the README's one requirement beyond Python and make) ended in a
     FileNotFoundError traceback from deep in the compile step."""

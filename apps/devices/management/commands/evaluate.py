@@ -113,6 +113,8 @@ class Command(DatabaseCommand):
                 raw = file.read(MAX_SOURCE_BYTES + 1)  # /dev/zero never ends
             if len(raw) > MAX_SOURCE_BYTES:
                 raise CommandError(f"{path} is over the kernel limit of {MAX_SOURCE_BYTES} bytes")
+            if not raw.strip():  # a wrong path or a truncated file, not a kernel to judge
+                raise CommandError(f"{path} is empty: no kernel to evaluate")
             return raw.decode()
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"cannot read {path}: {error}") from None
