@@ -24,7 +24,11 @@
     const group = groupOf(item);
     if (!group) {
       const expand = item.querySelector(":scope > a.expand");
-      if (expand) expand.click(); // htmx puts the children in the link's place
+      if (!expand) return;
+      // htmx takes up links that came in a swap only at its settle, 20 ms on; clicked before
+      // that, the link is followed as a plain one (a page load). Processing twice is a no-op.
+      if (window.htmx) htmx.process(expand);
+      expand.click(); // htmx puts the children in the link's place
     } else if (group.hidden) {
       group.hidden = false;
       item.setAttribute("aria-expanded", "true");
