@@ -61,7 +61,7 @@ class Command(BaseCommand):
             if not no_worker:
                 children += spawn_workers()
             stop_if_asked()
-            url = f"http://{host}:{port}/"
+            url = url_of(host, port)
             wait_until_answering(url + "accounts/login/", children)
             elapsed = time.time() - started_at
             self.say(
@@ -98,12 +98,18 @@ class Command(BaseCommand):
 
 
 STOP_REQUESTED = threading.Event()
+STOP_NOW = threading.Event()  # a second Ctrl-C: what is left is killed, not waited for
 
 
 def stop_like_ctrl_c(signum: int, frame: object) -> None:
     # SIGTERM would otherwise end the process without running the cleanup below, leaving the
     # children and the embedded database running. The flag is for a KeyboardInterrupt that
     # lands where Python swallows it (a finalizer, a logging lock): the next check raises it.
+    if STOP_REQUESTED.is_set():
+        # Raised again, a second Ctrl-C cut the clean-up short: a traceback, and the children
+        # and the embedded database left running. It hurries the clean-up instead.
+        STOP_NOW.set()
+        return
     STOP_REQUESTED.set()
     raise KeyboardInterrupt
 
@@ -133,12 +139,11 @@ def port_number(text: str) -> int:
 
 
 def ensure_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    family, address = listening_address(host, port)
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host, port))
-        except (TypeError, UnicodeError):  # socket cannot encode the name (an empty label)
-            raise CommandError(f"Cannot listen on {host!r}: not a host name or address.") from None
+            probe.bind(address)
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
                 raise CommandError(f"Cannot listen on {host}:{port}: {error.strerror}.") from None
@@ -146,6 +151,23 @@ def ensure_port_free(host: str, port: int) -> None:
                 f"Port {port} on {host} is already in use (another `make run`?).\n"
                 f"Hint: stop that process, or start on another port: KOPE_PORT={port + 1} make run"
             ) from None
+
+
+def listening_address(host: str, port: int) -> tuple[socket.AddressFamily, Any]:
+    """The family and address Daphne listens on for `host`: an IPv6 one (`::1`) too."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (TypeError, UnicodeError):  # socket cannot encode the name (an empty label)
+        raise CommandError(f"Cannot listen on {host!r}: not a host name or address.") from None
+    except socket.gaierror as error:
+        raise CommandError(f"Cannot listen on {host!r}: {error.strerror}.") from None
+    family, _, _, _, address = found[0]
+    return family, address
+
+
+def url_of(host: str, port: int) -> str:
+    """The address a browser opens: an IPv6 literal goes in brackets."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def _die_with_parent() -> None:
@@ -221,16 +243,25 @@ def stop_all(children: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRAC
             child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if not exited_by(child, deadline):
             child.kill()
             child.wait()
-    _, left = psutil.wait_procs(family, timeout=max(0.1, deadline - time.monotonic()))
+    _, left = psutil.wait_procs(family, timeout=max(0.1, time_left(deadline)))
     for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
     psutil.wait_procs(left, timeout=KILL_WAIT_S)
+
+
+def exited_by(child: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether the child exits before the deadline, or before a second Ctrl-C."""
+    while child.poll() is None and time_left(deadline) > 0:
+        time.sleep(0.05)
+    return child.poll() is not None
+
+
+def time_left(deadline: float) -> float:
+    return 0.0 if STOP_NOW.is_set() else deadline - time.monotonic()
 
 
 def descendants(child: subprocess.Popen[bytes]) -> list[psutil.Process]:
