@@ -69,10 +69,12 @@ class Command(BaseCommand):
             )
             wait_for_first_exit(children)
         except BaseException as error:
+            CLEANING_UP.set()
             if not caused_by_ctrl_c(error):
                 raise
             self.say("\nStopping…")
         finally:
+            CLEANING_UP.set()
             stop_all(children)
             with contextlib.suppress(Exception):  # a connection cut off mid-query
                 connection.close()
@@ -98,15 +100,16 @@ class Command(BaseCommand):
 
 
 STOP_REQUESTED = threading.Event()
-STOP_NOW = threading.Event()  # a second Ctrl-C: what is left is killed, not waited for
+CLEANING_UP = threading.Event()
+STOP_NOW = threading.Event()  # Ctrl-C during the clean-up: what is left is killed, not waited for
 
 
 def stop_like_ctrl_c(signum: int, frame: object) -> None:
     # SIGTERM would otherwise end the process without running the cleanup below, leaving the
     # children and the embedded database running. The flag is for a KeyboardInterrupt that
     # lands where Python swallows it (a finalizer, a logging lock): the next check raises it.
-    if STOP_REQUESTED.is_set():
-        # Raised again, a second Ctrl-C cut the clean-up short: a traceback, and the children
+    if CLEANING_UP.is_set():
+        # Raised there, a second Ctrl-C cut the clean-up short: a traceback, and the children
         # and the embedded database left running. It hurries the clean-up instead.
         STOP_NOW.set()
         return
