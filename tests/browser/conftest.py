@@ -220,3 +220,6 @@ def submit_login(page: Page, membership: Membership) -> None:
     page.locator("#id_username").fill(membership.user.username)
     page.locator("#id_password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
+    # The click returns once the next page starts loading; its deferred scripts (the forest's
+    # keyboard tree, say) run only by its load event, and a key pressed before then missed them.
+    page.wait_for_load_state("load")
