@@ -31,12 +31,11 @@ class LoginView(auth_views.LoginView):
 def tokens(request: HttpRequest) -> HttpResponse:
     issued = None
     form = TokenForm(request.POST or None)
-    refused = request.method == "POST" and not form.is_valid()
-    if request.method == "POST" and not refused:
+    if request.method == "POST" and form.is_valid():
         issued = services.api_token_create(user=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
         form = TokenForm()
     context = {"form": form, "tokens": selectors.tokens_for_user(request.user), "issued": issued}
-    return render(request, "accounts/tokens.html", context, status=400 if refused else 200)
+    return render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)
 
 
 @require_POST
