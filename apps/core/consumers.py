@@ -7,6 +7,15 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 CLOSE_FORBIDDEN = 4403
 
 
+async def refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
+    """End a socket at its handshake with `code`. Closed before it is accepted, a socket
+    reaches a browser as an HTTP 403, which the browser reports as 1006 (abnormal closure):
+    a client that reconnects after 1006 (htmx's ws extension, session-live.js) would try for
+    ever, never told why."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 class MembersOnlyConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     group: str | None = None
 

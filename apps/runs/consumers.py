@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 
 from apps.accounts.models import Membership
-from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer
+from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer, refuse
 from apps.core.events import session_group
 from apps.memory.journal import session_event
 from apps.memory.models import JournalEvent
@@ -71,7 +71,7 @@ class SessionEventsConsumer(MembersOnlyConsumer):
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
         if not await may_watch(self.user_id, self.session_id):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         self.group = session_group(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)

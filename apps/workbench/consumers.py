@@ -9,7 +9,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from apps.accounts.models import Membership
-from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer
+from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer, refuse
 from apps.core.events import team_group
 
 CLOSE_NOT_FOUND = 4404
@@ -38,7 +38,7 @@ class TeamEventsConsumer(MembersOnlyConsumer):
         slug = self.scope["url_route"]["kwargs"]["team"]
         team_id = await team_id_for(self.user_id, slug)
         if team_id is None:
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         self.team_id = team_id
         self.group = team_group(team_id)
@@ -60,4 +60,4 @@ class NoSuchSocket(AsyncWebsocketConsumer):  # type: ignore[misc]
     in the server's log."""
 
     async def connect(self) -> None:
-        await self.close(code=CLOSE_NOT_FOUND)
+        await refuse(self, CLOSE_NOT_FOUND)

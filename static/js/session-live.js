@@ -81,7 +81,7 @@
     socket.onmessage = receive;
     socket.onclose = (event) => {
       if (event.code === CLOSED_OUT) {  // not in the team any more: reconnecting cannot help
-        live.textContent = "closed: you are no longer in this session's team";
+        live.textContent = "closed: you are no longer in this session's team (or signed out)";
         return;
       }
       live.textContent = "reconnecting…";

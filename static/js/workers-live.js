@@ -7,7 +7,7 @@
   const status = document.getElementById("live-status");
   if (!section || !status) return;
   const RECONNECTED_BY_HTMX = new Set([1006, 1011, 1012, 1013]);  // ws.js's own list
-  const CLOSED_OUT = 4403;  // apps/core/consumers.py: not (or no longer) in the team
+  const CLOSED_OUT = 4403;  // apps/core/consumers.py: not (or no longer) in the team, or signed out
   let dropped = false;
   const say = (text) => { status.textContent = `Live answers: ${text}`; };
 
@@ -23,7 +23,7 @@
       dropped = true;
       say("connection lost, reconnecting… Answers that come meanwhile are not shown.");
     } else if (code === CLOSED_OUT) {
-      say("closed: you are no longer in this team.");
+      say("closed: you are no longer in this team (or signed out).");
     } else {
       say(`closed (code ${code}); reload the page to see answers live.`);
     }

@@ -27,6 +27,8 @@ from tests.workbench.test_live_events import process_env
 from .conftest import CHROMIUM, log_in, script_errors
 from .test_untrusted_text import in_another_thread
 
+CLOSED_OUT = "closed: you are no longer in this session's team (or signed out)"
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
@@ -187,9 +189,28 @@ def test_a_watcher_removed_from_the_team_is_told_and_the_page_stops_reconnecting
         note = {"text": "after the removal"}
         in_another_thread(lambda: journal_append(session_id=queued.pk, kind="session_note",
                                                  payload=note))  # fmt: skip
-        closed = "closed: you are no longer in this session's team"
-        expect(live).to_have_text(closed)
+        expect(live).to_have_text(CLOSED_OUT)
         page.wait_for_timeout(1500)  # a reconnection would have been tried after 0.5 s
-        expect(live).to_have_text(closed)
+        expect(live).to_have_text(CLOSED_OUT)
         assert page.locator('#event-log li[data-kind="session_note"]').count() == 0
+        assert errors == []
+
+
+@pytest.mark.parametrize("leave", ["removed", "signed out"])
+def test_a_watcher_who_left_while_the_socket_was_down_is_told_when_it_reconnects(
+    engineer: Membership, queued: OptimizationSession, chromium: Browser, leave: str
+) -> None:
+    """Refused at the handshake, the reconnection reached the browser as 1006 (an abnormal
+    closure), and the page said "reconnecting…" and tried again for ever."""
+    in_another_thread(lambda: MembershipFactory(team=engineer.team, role=Role.ADMIN))
+    with live_session_page(chromium, engineer, queued) as (page, errors):
+        live = page.locator("#live-status")
+        page.evaluate("window.kopeSessionLive.drop(2000)")
+        expect(live).to_have_text("reconnecting…")
+        if leave == "removed":
+            user = engineer.user.username
+            in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
+        else:  # the login expired or was ended in another tab
+            page.context.clear_cookies()
+        expect(live).to_have_text(CLOSED_OUT, timeout=15_000)
         assert errors == []

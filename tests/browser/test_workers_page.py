@@ -25,6 +25,8 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
 ]
 
+CLOSED_OUT = "Live answers: closed: you are no longer in this team (or signed out)."
+
 
 @pytest.fixture
 def engineer(transactional_db: None) -> Membership:
@@ -105,9 +107,27 @@ def test_a_member_removed_while_watching_is_told_and_sees_no_more_answers(
         user = engineer.user.username
         in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
         in_another_thread(lambda: atomic(worker_check_start)(team=engineer.team))
-        expect(live).to_have_text("Live answers: closed: you are no longer in this team.",
-                                  timeout=30_000)  # fmt: skip
+        expect(live).to_have_text(CLOSED_OUT, timeout=30_000)
         assert page.locator("#answers li").count() == 0
+
+
+def test_a_member_removed_while_the_socket_was_down_is_told_when_it_reconnects(
+    engineer: Membership, chromium: Browser
+) -> None:
+    """Refused at the handshake, htmx's reconnection reached the browser as 1006 (an abnormal
+    closure), so the page said "reconnecting…" for ever and htmx kept trying."""
+    in_another_thread(lambda: MembershipFactory(team=engineer.team, role=Role.ADMIN))
+    env = process_env("single-machine")
+    with daphne(env) as url:
+        page = chromium.new_page()
+        log_in(page, url, engineer, "/t/live/workers/")
+        live = page.locator("#live-status")
+        expect(live).to_have_text("Live answers: connected.")
+    expect(live).to_contain_text("connection lost, reconnecting…")
+    user = engineer.user.username
+    in_another_thread(lambda: atomic(membership_remove)(team=engineer.team, username=user))
+    with daphne(env, port=urlsplit(url).port):  # the same address, as after a restart
+        expect(live).to_have_text(CLOSED_OUT, timeout=60_000)
 
 
 def check_and_wait_for_answers(page: Page, previous: str = "") -> str:
