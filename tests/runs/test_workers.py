@@ -1,5 +1,6 @@
 """Sessions on real processes: Daphne, an agent worker and a device worker, a websocket client;
-and an agent worker killed with SIGKILL in the middle of an iteration."""
+and an agent worker (or its prefork pool process) killed with SIGKILL in the middle of an
+iteration."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 from django.test import Client
 from kombu.exceptions import OperationalError as BrokerDown
@@ -120,43 +122,87 @@ def test_a_session_runs_on_real_workers_and_a_watcher_sees_every_event_in_order(
 def test_an_agent_worker_killed_mid_iteration_is_replaced_without_a_duplicate(
     device_worker: Process, transactional_db: None
 ) -> None:
+    session = killable_session()
+    env = process_env("single-machine")
+    with celery_worker(env, "agent", "agent-1@kill") as first_agent:
+        killed_in = wait_until(lambda: mid_iteration(session), 180, "an iteration in flight",
+                               lambda: story(session, device_worker))  # fmt: skip
+        os.killpg(first_agent.popen.pid, signal.SIGKILL)
+        first_agent.popen.wait()
+    with celery_worker(env, "agent", "agent-2@kill"):
+        wait_until(lambda: finished(session), 300, "the session to finish on the second worker",
+                   lambda: story(session, device_worker))  # fmt: skip
+    assert_each_iteration_once(session, killed_in)
+
+
+def test_a_prefork_pool_process_killed_mid_iteration_is_replaced_without_a_duplicate(
+    device_worker: Process, transactional_db: None
+) -> None:
+    """`make run`'s agent worker is a prefork pool: the out-of-memory killer picks the pool
+    process running the iteration, not the worker that holds the broker connection. The task
+    comes back to a new pool process: acked late, it is rejected back to its queue when its
+    pool process is lost (and were it not, the stalled-session sweep would send it again)."""
+    session = killable_session()
+    env = process_env("single-machine")
+    with celery_worker(env, "agent", "agent@prefork", pool="prefork") as agent:
+        killed_in = wait_until(lambda: mid_iteration(session), 180, "an iteration in flight",
+                               lambda: story(session, device_worker))  # fmt: skip
+        pool_process = pool_process_of(agent)
+        os.kill(pool_process, signal.SIGKILL)
+        wait_until(lambda: finished(session), 300, "the session to finish on a new pool process",
+                   lambda: f"{story(session, device_worker)}\n{agent.output[-3000:]}")  # fmt: skip
+        assert agent.popen.poll() is None, "the worker itself went down"
+        assert pool_process not in children_of(agent.popen.pid)
+    assert_each_iteration_once(session, killed_in)
+
+
+def killable_session() -> OptimizationSession:
     stored_builtin("gemm")
-    session = session_create(
+    return session_create(
         team=TeamFactory(),
         user=None,
         operators=["gemm"],
         budgets=Budgets(rounds=KILL_ROUNDS),
         measurement=Measurement(**FAST),
     )
-    env = process_env("single-machine")
 
-    def story() -> str:
-        return f"{session_story(session.pk)}\n{worker_state(device_worker)}"
 
-    def mid_iteration() -> int | None:
-        proposed = (
-            JournalEvent.objects.filter(
-                session=session, kind="candidate_proposed", payload__iteration__gte=1
-            )
-            .order_by("-seq")
-            .first()
+def story(session: OptimizationSession, device_worker: Process) -> str:
+    return f"{session_story(session.pk)}\n{worker_state(device_worker)}"
+
+
+def finished(session: OptimizationSession) -> bool:
+    return OptimizationSession.objects.get(pk=session.pk).status == "finished"
+
+
+def mid_iteration(session: OptimizationSession) -> int | None:
+    """The iteration (past the starting kernel's) whose candidate is proposed and not yet
+    recorded, if one is."""
+    proposed = (
+        JournalEvent.objects.filter(
+            session=session, kind="candidate_proposed", payload__iteration__gte=1
         )
-        if proposed is None:
-            return None
-        iteration = proposed.payload["iteration"]
-        recorded = Case.objects.filter(session=session, iteration=iteration).exists()
-        return None if recorded else iteration
+        .order_by("-seq")
+        .first()
+    )
+    if proposed is None:
+        return None
+    iteration = proposed.payload["iteration"]
+    recorded = Case.objects.filter(session=session, iteration=iteration).exists()
+    return None if recorded else iteration
 
-    with celery_worker(env, "agent", "agent-1@kill") as first_agent:
-        killed_in = wait_until(mid_iteration, 180, "an iteration in flight", story)
-        os.killpg(first_agent.popen.pid, signal.SIGKILL)
-        first_agent.popen.wait()
-    with celery_worker(env, "agent", "agent-2@kill"):
-        wait_until(
-            lambda: OptimizationSession.objects.get(pk=session.pk).status == "finished",
-            300, "the session to finish on the second worker", story,
-        )  # fmt: skip
 
+def children_of(pid: int) -> list[int]:
+    return [child.pid for child in psutil.Process(pid).children()]
+
+
+def pool_process_of(worker: Process) -> int:
+    """The one pool process of a prefork worker of concurrency 1."""
+    (child,) = children_of(worker.popen.pid)
+    return child
+
+
+def assert_each_iteration_once(session: OptimizationSession, killed_in: int) -> None:
     journal = list(JournalEvent.objects.filter(session=session).order_by("seq"))
     assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
     cases = list(Case.objects.filter(session=session).order_by("iteration"))
