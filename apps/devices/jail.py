@@ -6,7 +6,8 @@ Two steps, at two moments:
   limits, a fresh network namespace, an unprivileged uid, the work dir and, when the caller
   names what the child may read (`Files`), a Landlock domain: the work dir and those paths,
   nothing else, whoever owns the rest (a worker that is not root cannot hand the child
-  another uid, so file modes alone would let it read everything the worker can).
+  another uid, so file modes alone would let it read everything the worker can); and a
+  SIGKILL from the kernel when the worker that started it dies.
 * `install_seccomp` is called by the harness itself once it has imported what it needs,
   opened its files and loaded the kernel's dependencies, and before the first kernel call:
   a seccomp-BPF deny-list (no sockets, processes, exec, writes through new opens, mounts, ...).
@@ -23,6 +24,7 @@ import functools
 import os
 import pwd
 import resource
+import signal
 import stat
 import struct
 import time
@@ -69,16 +71,30 @@ def confine_child(limits: Limits, workdir: str, files: Files | None = None) -> N
     creation).
     """
     was_root = os.geteuid() == 0
+    parent = os.getppid()
     try:
         _apply_limits(limits)
         _isolate_network_and_drop_root()
         os.chdir(workdir)
         if files is not None:
             restrict_files(workdir, files, required=not was_root)
+        _die_with(parent)
     except OSError as error:
         # The parent only sees "Exception occurred in preexec_fn", so say why on stderr too.
         os.write(2, f"{error}\n".encode())
         raise
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this child when its parent dies. In a session of its own, it
+    is out of reach of a kill sent to its worker's process group (the out-of-memory killer,
+    a SIGKILLed worker), and a kernel in a loop would take a core until its CPU limit, beside
+    the next attempt that times the evaluation again. Set last: a change of uid clears it.
+    (Strictly the parent's thread: each caller waits for the child on the thread that
+    started it.)"""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "PR_SET_PDEATHSIG")
+    if os.getppid() != parent:  # it died before the setting took
+        raise OSError("jail: the process that started this one has ended")
 
 
 def _apply_limits(limits: Limits) -> None:
@@ -268,6 +284,7 @@ SECCOMP_DATA_NR = 0
 SECCOMP_DATA_ARCH = 4
 SECCOMP_DATA_ARGS = 16
 # <linux/prctl.h>
+PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 # <linux/audit.h>: EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE

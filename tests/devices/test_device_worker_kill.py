@@ -4,8 +4,11 @@ and the session that was waiting for it goes on to finish."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+
+import psutil
 
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
@@ -17,12 +20,13 @@ from apps.devices.services import (
     orphaned_evaluations,
     running_evaluations,
 )
+from apps.devices.tasks import evaluate
 from apps.memory.models import Case, JournalEvent
 from apps.runs.config import Budgets, Measurement
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import TeamFactory
-from tests.memory.test_compare_pages import small_vector_add
+from tests.memory.test_compare_pages import NAIVE, small_vector_add
 from tests.processes import celery_worker, wait_until
 from tests.workbench.test_live_events import process_env
 
@@ -89,3 +93,42 @@ def test_a_worker_taken_for_dead_cannot_write_over_the_next_attempt(db: None) ->
     done = evaluation_record(second, {"from": "the second worker"})
     assert (done.status, done.verdict) == (Evaluation.Status.DONE, {"from": "the second worker"})
     assert claim_attempt(evaluation.pk, 2, "device-3@host") is None  # finished: not run again
+
+
+LOOP = "    for (int64_t i = 0; i < n; ++i) {"
+SPINNING = NAIVE.replace(LOOP, f"    for (volatile int spin = 1; spin;) {{}}\n{LOOP}")
+
+
+def test_a_device_worker_killed_mid_evaluation_leaves_no_kernel_running(
+    transactional_db: None,
+) -> None:
+    """The sandboxed child runs in a session of its own, so killing the worker (SIGKILL to its
+    process group, the out-of-memory killer) did not reach it: a kernel in a loop went on
+    taking a core until its CPU limit, beside the attempt that times the evaluation again."""
+    team = TeamFactory()
+    evaluation, _ = evaluation_request(version=small_vector_add(), source_text=SPINNING,
+                                       options=EvalSettings(seeds=1, warmup=1, repeats=5),
+                                       team=team)  # fmt: skip
+    with celery_worker(process_env("single-machine"), "device.cpu", "device@orphan") as worker:
+        evaluate.apply_async(args=(evaluation.pk,), queue="device.cpu")
+        harness = wait_until(lambda: harness_under(worker.popen.pid), 120, "the kernel running")
+        os.killpg(worker.popen.pid, signal.SIGKILL)
+        worker.popen.wait()
+    wait_until(lambda: not running(harness), 10, "the kernel to end with its worker",
+               lambda: f"still running: {harness.cmdline()}")  # fmt: skip
+
+
+def harness_under(pid: int) -> psutil.Process | None:
+    """The sandboxed child running candidate code under process `pid`, once there is one."""
+    for process in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "apps.devices.cpu_c.harness" in process.cmdline():
+                return process
+    return None
+
+
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
