@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import io
 import json
 import os
@@ -243,7 +244,7 @@ def worker_args(queues: str, concurrency: int) -> list[str]:
 
 
 def spawn(data_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    from apps.core.management.commands.runstack import _die_with_parent
+    from apps.core.parent_death import die_with_parent
 
     log = (data_dir / f"{name}.log").open("wb")
     return subprocess.Popen(
@@ -252,7 +253,7 @@ def spawn(data_dir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent,
+        preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM),
         start_new_session=True,
     )
 

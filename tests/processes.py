@@ -10,9 +10,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from apps.workbench.bench import answers
 
@@ -171,3 +173,19 @@ def session_story(session_id: int, last: int = 15) -> str:
         elapsed = (event.created_at - first.created_at).total_seconds() if first else 0.0
         lines.append(f"  +{elapsed:7.1f} s  {event.kind} {event.payload.get('iteration', '')}")
     return "\n".join(lines)
+
+
+def descendant(pid: int, matches: Callable[[psutil.Process], bool]) -> psutil.Process | None:
+    """A process under process `pid` that `matches`, if there is one now."""
+    for process in psutil.Process(pid).children(recursive=True):
+        with suppress(psutil.Error, ProcessLookupError):  # one that ended meanwhile
+            if matches(process):
+                return process
+    return None
+
+
+def still_running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

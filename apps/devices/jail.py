@@ -1,4 +1,5 @@
-"""Confinement for the process that runs untrusted compiled kernels. Standard library only.
+"""Confinement for the process that runs untrusted compiled kernels. Standard library only
+(and apps.core.parent_death, which is too).
 
 Two steps, at two moments:
 
@@ -24,11 +25,12 @@ import functools
 import os
 import pwd
 import resource
-import signal
 import stat
 import struct
 import time
 from dataclasses import dataclass, fields
+
+from apps.core.parent_death import die_with_parent
 
 SANDBOX_USER = "nobody"
 CPU_GRACE_S = 5  # between SIGXCPU at the soft limit and SIGKILL at the hard one
@@ -78,23 +80,11 @@ def confine_child(limits: Limits, workdir: str, files: Files | None = None) -> N
         os.chdir(workdir)
         if files is not None:
             restrict_files(workdir, files, required=not was_root)
-        _die_with(parent)
+        die_with_parent(parent)  # last: the uid change above would clear it
     except OSError as error:
         # The parent only sees "Exception occurred in preexec_fn", so say why on stderr too.
         os.write(2, f"{error}\n".encode())
         raise
-
-
-def _die_with(parent: int) -> None:
-    """Have the kernel SIGKILL this child when its parent dies. In a session of its own, it
-    is out of reach of a kill sent to its worker's process group (the out-of-memory killer,
-    a SIGKILLed worker), and a kernel in a loop would take a core until its CPU limit, beside
-    the next attempt that times the evaluation again. Set last: a change of uid clears it.
-    (Strictly the parent's thread: each caller waits for the child on the thread that
-    started it.)"""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "PR_SET_PDEATHSIG")
-    if os.getppid() != parent:  # it died before the setting took
-        raise OSError("jail: the process that started this one has ended")
 
 
 def _apply_limits(limits: Limits) -> None:
@@ -284,7 +274,6 @@ SECCOMP_DATA_NR = 0
 SECCOMP_DATA_ARCH = 4
 SECCOMP_DATA_ARGS = 16
 # <linux/prctl.h>
-PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 # <linux/audit.h>: EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE

@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 import numpy
 import torch
 
+from apps.core.parent_death import die_with_parent
 from apps.operators.childlimits import apply_limits
 from apps.operators.scaling import scaled_size
 
@@ -454,9 +455,10 @@ def serve_orders() -> None:
 def serve_forked(order: dict[str, Any]) -> dict[str, Any]:
     """The order's request served in a child; its exit code (negative: the signal that ended
     it), and whether it ran past the order's time and was killed."""
+    runner = os.getpid()
     pid = os.fork()
     if pid == 0:
-        serve_in_child(order)
+        serve_in_child(order, runner)
     timed_out = not exited_within(pid, float(order["timeout_s"]))
     if timed_out:
         kill_group(pid)
@@ -479,14 +481,16 @@ def kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def serve_in_child(order: dict[str, Any]) -> NoReturn:
-    """As a fresh runner would: its own session, the limits, the work folder as its current
-    one, its output in the order's stderr file, the answer in the order's answer file."""
+def serve_in_child(order: dict[str, Any], runner: int) -> NoReturn:
+    """As a fresh runner would: its own session, the limits, ended with the runner, the work
+    folder as its current one, its output in the order's stderr file, the answer in the
+    order's answer file."""
     code = 1
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         apply_limits(int(order["memory_mb"]), int(order["cpu_s"]))
+        die_with_parent(runner)
         os.chdir(order["workdir"])
         os.environ["OMP_NUM_THREADS"] = str(int(order["request"].get("threads", 1)))
         output_to(order["stderr_file"])

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.parent_death import die_with_parent
 from apps.operators.childlimits import apply_limits, clean_env
 from apps.operators.warmrunner import SUPPORTED, RunnerGone, pool
 
@@ -72,6 +73,7 @@ def _in_a_warm_child(
 def _in_a_fresh_process(
     request: dict[str, Any], timeout: float, memory_mb: int, workdir: str
 ) -> tuple[int, bytes, bytes]:
+    worker = os.getpid()
     child = subprocess.Popen(
         [sys.executable, "-s", "-m", "apps.operators.refrun"],
         stdin=subprocess.PIPE,
@@ -79,7 +81,7 @@ def _in_a_fresh_process(
         stderr=subprocess.PIPE,
         cwd=workdir,
         env=clean_env(int(request.get("threads", 1))),
-        preexec_fn=lambda: apply_limits(memory_mb, int(timeout) + 1),
+        preexec_fn=lambda: limited_for_life(worker, memory_mb, int(timeout) + 1),
         start_new_session=True,
     )
     try:
@@ -89,6 +91,12 @@ def _in_a_fresh_process(
         child.communicate()
         raise ReferenceRunError(f"the reference did not finish within {timeout:g} s") from None
     return child.returncode, stdout, stderr
+
+
+def limited_for_life(worker: int, memory_mb: int, cpu_s: int) -> None:
+    """A fresh reference child's preexec_fn: its limits, and ended with the worker."""
+    apply_limits(memory_mb, cpu_s)
+    die_with_parent(worker)
 
 
 def _answer(returncode: int, stdout: bytes, stderr: bytes, memory_mb: int) -> dict[str, Any]:

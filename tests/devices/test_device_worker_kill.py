@@ -4,7 +4,6 @@ and the session that was waiting for it goes on to finish."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 
@@ -27,7 +26,7 @@ from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import TeamFactory
 from tests.memory.test_compare_pages import NAIVE, small_vector_add
-from tests.processes import celery_worker, wait_until
+from tests.processes import celery_worker, descendant, still_running, wait_until
 from tests.workbench.test_live_events import process_env
 
 ROUNDS = 3
@@ -111,24 +110,13 @@ def test_a_device_worker_killed_mid_evaluation_leaves_no_kernel_running(
                                        team=team)  # fmt: skip
     with celery_worker(process_env("single-machine"), "device.cpu", "device@orphan") as worker:
         evaluate.apply_async(args=(evaluation.pk,), queue="device.cpu")
-        harness = wait_until(lambda: harness_under(worker.popen.pid), 120, "the kernel running")
+        harness = wait_until(lambda: descendant(worker.popen.pid, runs_candidate_code), 120,
+                             "the kernel running")  # fmt: skip
         os.killpg(worker.popen.pid, signal.SIGKILL)
         worker.popen.wait()
-    wait_until(lambda: not running(harness), 10, "the kernel to end with its worker",
+    wait_until(lambda: not still_running(harness), 10, "the kernel to end with its worker",
                lambda: f"still running: {harness.cmdline()}")  # fmt: skip
 
 
-def harness_under(pid: int) -> psutil.Process | None:
-    """The sandboxed child running candidate code under process `pid`, once there is one."""
-    for process in psutil.Process(pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if "apps.devices.cpu_c.harness" in process.cmdline():
-                return process
-    return None
-
-
-def running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def runs_candidate_code(process: psutil.Process) -> bool:
+    return "apps.devices.cpu_c.harness" in process.cmdline()

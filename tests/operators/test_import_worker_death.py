@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from billiard.pool import soft_timeout_sighandler
 from django.db import connection
@@ -27,7 +28,7 @@ from apps.operators.tasks import (
 )
 from tests.factories import MembershipFactory, TeamFactory
 from tests.operators.conftest import SAMPLES
-from tests.processes import celery_worker, wait_until
+from tests.processes import celery_worker, descendant, still_running, wait_until
 from tests.workbench.test_live_events import process_env
 
 PROBLEMS = 12
@@ -259,3 +260,33 @@ def test_an_agent_worker_that_stays_connected_queues_an_orphaned_import_once(
         assert resend_orphaned_imports(resent) == [orphaned]
         assert resend_orphaned_imports(resent) == []  # sent again once
     assert resend_orphaned_imports(resent) == [held]  # its worker died since
+
+
+@pytest.mark.parametrize("warm", ["true", "false"], ids=["warm-runner", "fresh-process"])
+def test_an_import_whose_worker_is_killed_leaves_no_reference_running(
+    transactional_db: None, tmp_path: Path, warm: str
+) -> None:
+    """A reference runs in a session of its own, so killing the agent worker (SIGKILL to its
+    process group, the out-of-memory killer) did not reach it: one in a loop went on taking
+    a core until its CPU limit."""
+    folder = tmp_path / "spinning"
+    folder.mkdir()
+    (folder / "1_Spinning_relu.py").write_text(
+        SLOW_PROBLEM.replace("time.sleep({sleep_s})", "while True:\n            pass")
+    )
+    run = import_start(path=str(folder), fmt=None, scale=1.0, team=TeamFactory(), user=None,
+                       restrict=False)  # fmt: skip
+    env = {**process_env("single-machine"), "KOPE_REFERENCE_WARM": warm}
+    with celery_worker(env, "agent", "importer@spinning") as worker:
+        import_folder.delay(run.pk)
+        reference = wait_until(lambda: descendant(worker.popen.pid, leads_a_session), 120,
+                               "the reference running", lambda: story(run.pk))  # fmt: skip
+        os.killpg(worker.popen.pid, signal.SIGKILL)
+        worker.popen.wait()
+    wait_until(lambda: not still_running(reference), 10, "the reference to end with its worker",
+               lambda: f"still running: {reference.cmdline()}")  # fmt: skip
+
+
+def leads_a_session(process: psutil.Process) -> bool:
+    """The reference's child: in a session of its own, under the worker."""
+    return os.getsid(process.pid) == process.pid

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import errno
+import functools
 import os
 import signal
 import socket
@@ -23,13 +23,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from apps.core.parent_death import die_with_parent
 from apps.devices.workers import known_queues
 from kope_web import embedded_db
 
 READY_TIMEOUT_S = 90
 STOP_GRACE_S = 15
 KILL_WAIT_S = 5
-PR_SET_PDEATHSIG = 1
 
 
 class Command(BaseCommand):
@@ -173,16 +173,11 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def _die_with_parent() -> None:
-    # If this supervisor is killed outright, the kernel sends SIGTERM to its children.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
+    # If this supervisor is killed outright, the kernel sends SIGTERM to its children.
     return subprocess.Popen(
         [sys.executable, *args],
-        preexec_fn=_die_with_parent,
+        preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM),
         start_new_session=True,
     )
 
