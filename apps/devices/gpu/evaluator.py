@@ -219,8 +219,8 @@ def harness_limits(options: EvalSettings, device: CudaDevice | None) -> Limits:
 
 
 def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalSettings,
-                  device: CudaDevice | None, *, prefix: tuple[str, ...] = (),
-                  confined: bool = True) -> cpu.Started:  # fmt: skip
+                  device: CudaDevice | None, *, prefix: tuple[str, ...] = ()
+                  ) -> cpu.Started:  # fmt: skip
     name = f"{manifest['mode']}.json"
     (workspace.sandbox / name).write_text(json.dumps(manifest))
     (workspace.sandbox / name).chmod(0o644)
@@ -232,7 +232,7 @@ def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalS
             command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
             cwd=workspace.sandbox, env=harness_env(workspace, options, device),
             start_new_session=True,
-            preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)) if confined else None,
+            preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
         )  # fmt: skip
     return child, log
 
