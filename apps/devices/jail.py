@@ -73,7 +73,7 @@ def confine_child(limits: Limits, workdir: str, files: Files | None = None) -> N
     creation).
     """
     was_root = os.geteuid() == 0
-    parent = os.getppid()
+    parent = os.getppid()  # as the child first sees it, an instant after the fork
     try:
         _apply_limits(limits)
         _isolate_network_and_drop_root()
