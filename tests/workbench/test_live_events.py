@@ -16,7 +16,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 from django.test import Client
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from apps.accounts.roles import Role
@@ -124,5 +124,9 @@ def test_a_socket_for_another_teams_events_is_refused(transactional_db: None) ->
     env = process_env("single-machine")
     with daphne(env) as url:
         ws_url = url.replace("http", "ws") + "/ws/teams/theirs/"
-        with pytest.raises(InvalidStatus, match="HTTP 403"):
-            connect(ws_url, additional_headers={"Cookie": cookie}, origin=url)
+        with (
+            connect(ws_url, additional_headers={"Cookie": cookie}, origin=url) as socket,
+            pytest.raises(ConnectionClosed) as closed,
+        ):
+            socket.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
