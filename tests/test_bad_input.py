@@ -10,6 +10,7 @@ from django.test import Client
 
 from apps.accounts.models import ApiToken, Team
 from apps.accounts.roles import Role
+from apps.memory.journal import journal_append
 from apps.operators.models import OperatorVersion
 from apps.reports.models import Export
 from apps.runs.models import OptimizationSession
@@ -221,3 +222,28 @@ def test_a_tolerance_given_as_a_whole_number_is_a_number(team: Team, admin: Clie
                          content_type="application/json")  # fmt: skip
 
     assert edited.status_code == 201 and edited.json()["spec"]["max_rel"] == 1.0
+
+
+PAGED = ["/api/teams", "/api/tokens", "/api/teams/kernels/members", "/api/teams/kernels/rules",
+         "/api/teams/kernels/operators", "/api/teams/kernels/suites", "/api/teams/kernels/imports",
+         "/api/teams/kernels/exports", "/api/teams/kernels/sessions",
+         "/api/teams/kernels/sessions/{session}/events", "/api/teams/kernels/cases"]  # fmt: skip
+
+
+@pytest.mark.parametrize("url", PAGED)
+def test_an_offset_past_what_the_database_can_take_is_refused_naming_it(
+    team: Team, admin: Client, url: str
+) -> None:
+    """PostgreSQL's OFFSET is a bigint: the journal's events, sliced in the database, answered
+    500 ("bigint out of range") for a larger one."""
+    stored_builtin("relu")
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    journal_append(session_id=session.pk, kind="session_note", payload={"text": "one"})
+    url = url.format(session=session.pk)
+
+    too_far = admin.get(url, {"offset": str(2**63)})
+    assert too_far.status_code == 422, too_far.content
+    (detail,) = too_far.json()["error"]["details"]
+    assert (detail["loc"], detail["type"]) == (["query", "offset"], "less_than_equal")
+    last = admin.get(url, {"offset": str(2**63 - 1)})
+    assert (last.status_code, last.json()["items"]) == (200, [])

@@ -5,7 +5,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import add_never_cache_headers
 from ninja import Router, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
 from apps.accounts.models import ApiToken, Membership
@@ -20,6 +20,7 @@ from apps.accounts.schemas import (
     UserOut,
 )
 from apps.core.idempotency import answer_never_kept
+from apps.core.pagination import LimitOffset
 
 router = Router(tags=["accounts"])
 
@@ -43,7 +44,7 @@ def get_me(request: HttpRequest) -> Any:
 
 
 @router.get("/teams", response=list[TeamOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_teams(request: HttpRequest) -> Any:
     return [team_out(m) for m in selectors.memberships_for_user(request.user)]
 
@@ -54,7 +55,7 @@ def get_team(request: HttpRequest, slug: str) -> Any:
 
 
 @router.get("/teams/{slug}/members", response=list[MemberOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_members(request: HttpRequest, slug: str) -> Any:
     membership = selectors.membership_for(request.user, slug, Permission.VIEW)
     return [member_out(m) for m in selectors.team_members(membership.team)]
@@ -75,7 +76,7 @@ def remove_member(request: HttpRequest, slug: str, username: str) -> Any:
 
 
 @router.get("/tokens", response=list[TokenOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_tokens(request: HttpRequest) -> Any:
     return [token_out(t) for t in selectors.tokens_for_user(request.user)]
 

@@ -9,12 +9,13 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import NotFound
 from apps.core.numbers import WholeNumber
+from apps.core.pagination import LimitOffset
 from apps.memory.models import Rule, RuleVersion
 from apps.memory.rules import (
     MAX_COMMENT_CHARS,
@@ -115,7 +116,7 @@ def team_rule(request: HttpRequest, slug: str, rule_id: int) -> Rule:
 
 
 @router.get("/teams/{slug}/rules", response=list[RuleOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_rules(request: HttpRequest, slug: str, status: RuleStatus | None = None) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     rules = Rule.objects.filter(team=team)

@@ -12,12 +12,13 @@ from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
+from apps.core.pagination import LimitOffset
 from apps.memory import selectors
 from apps.memory.compare import measurement_rows, unified_diff_text
 from apps.memory.compare_views import side_of
@@ -120,7 +121,7 @@ def team_case(team: Team, case_id: int) -> Case:
 
 
 @router.get("/teams/{slug}/cases", response=list[CaseOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_cases(request: HttpRequest, slug: str, session: int | None = None,
                operator: str | None = None, outcome: Outcome | None = None) -> Any:  # fmt: skip
     cases = Case.objects.filter(session__team=viewable_team(request, slug))
@@ -230,7 +231,7 @@ def hit_out(hit: Result) -> dict[str, Any]:
 
 
 @router.get("/teams/{slug}/knowledge", response=list[KnowledgeHitOut], tags=["knowledge"])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def search_knowledge(request: HttpRequest, slug: str, q: str = "", kind: Kind | None = None,
                      operator: str = "", outcome: Outcome | None = None,
                      status: RuleStatus | None = None, target: str = "") -> Any:  # fmt: skip

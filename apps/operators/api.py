@@ -9,13 +9,14 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError
 from apps.core.numbers import RealNumber, WholeNumber
+from apps.core.pagination import LimitOffset
 from apps.operators import selectors
 from apps.operators.importing import import_enqueue, import_start, summary
 from apps.operators.models import ImportRun, OperatorVersion, Suite
@@ -148,7 +149,7 @@ def import_out(run: ImportRun) -> dict[str, Any]:
 
 
 @router.get("/teams/{slug}/operators", response=list[OperatorSummaryOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_operators(
     request: HttpRequest, slug: str, family: Family | None = None, level: Level | None = None
 ) -> Any:
@@ -182,7 +183,7 @@ def edit_operator(request: HttpRequest, slug: str, operator: str, payload: Opera
 
 
 @router.get("/teams/{slug}/suites", response=list[SuiteOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_suites(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     return [suite_out(s) for s in selectors.suites_listed_for(team)]
@@ -205,7 +206,7 @@ def create_import(request: HttpRequest, slug: str, payload: ImportIn) -> Any:
 
 
 @router.get("/teams/{slug}/imports", response=list[ImportOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_imports(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     return [import_out(r) for r in selectors.imports_for(team)]

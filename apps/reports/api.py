@@ -11,12 +11,13 @@ from typing import Any, Literal
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, File, Router, Schema, Status
 from ninja.files import UploadedFile
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
 from apps.core.numbers import WholeNumber
+from apps.core.pagination import LimitOffset
 from apps.reports.models import Export
 from apps.reports.selectors import team_exports
 from apps.reports.services import export_request, knowledge_import, upload_bytes
@@ -74,7 +75,7 @@ def team_export(request: HttpRequest, slug: str, export_id: int, **more: Any) ->
 
 
 @router.get("/teams/{slug}/exports", response=list[ExportOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_exports(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     return [export_out(e) for e in team_exports(team).select_related("team")]

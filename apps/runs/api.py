@@ -10,12 +10,13 @@ from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError, NotFound
 from apps.core.numbers import WholeNumber
+from apps.core.pagination import LimitOffset
 from apps.memory.journal import case_of, events_since
 from apps.memory.models import JournalEvent
 from apps.runs.config import Measurement
@@ -140,7 +141,7 @@ def check_starting_kernels(kernels: dict[str, str]) -> None:
 
 
 @router.get("/teams/{slug}/sessions", response=list[SessionOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def list_sessions(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     sessions = OptimizationSession.objects.filter(team=team).select_related("created_by")
@@ -153,7 +154,7 @@ def get_session(request: HttpRequest, slug: str, session_id: int) -> Any:
 
 
 @router.get("/teams/{slug}/sessions/{session_id}/events", response=list[EventOut])
-@paginate(LimitOffsetPagination)
+@paginate(LimitOffset)
 def session_events(request: HttpRequest, slug: str, session_id: int, since: int = 0) -> Any:
     session = team_session(request, slug, session_id)
     return events_since(session.pk, max(0, since))  # the page is sliced in the database
