@@ -16,7 +16,7 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
     """In a forked child: the kernel sends `sig` when `parent` (the pid of the process that
-    forked it, taken before the fork) ends. Raises OSError when it cannot be set, or when the
+    forked it, best taken before the fork) ends. Raises OSError when it cannot be set, or when the
     parent ended first (it would never come). Strictly, it comes when the parent's *thread*
     ends: each caller waits for its child on the thread that started it. A change of uid
     clears it, so a child that drops privileges calls this after."""
