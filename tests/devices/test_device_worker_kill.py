@@ -26,7 +26,7 @@ from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import TeamFactory
 from tests.memory.test_compare_pages import NAIVE, small_vector_add
-from tests.processes import celery_worker, descendant, still_running, wait_until
+from tests.processes import celery_worker, descendant, end, still_running, wait_until
 from tests.workbench.test_live_events import process_env
 
 ROUNDS = 3
@@ -114,8 +114,11 @@ def test_a_device_worker_killed_mid_evaluation_leaves_no_kernel_running(
                              "the kernel running")  # fmt: skip
         os.killpg(worker.popen.pid, signal.SIGKILL)
         worker.popen.wait()
-    wait_until(lambda: not still_running(harness), 10, "the kernel to end with its worker",
-               lambda: f"still running: {harness.cmdline()}")  # fmt: skip
+    try:
+        wait_until(lambda: not still_running(harness), 10, "the kernel to end with its worker",
+                   lambda: f"still running: {harness.cmdline()}")  # fmt: skip
+    finally:
+        end(harness)
 
 
 def runs_candidate_code(process: psutil.Process) -> bool:

@@ -28,7 +28,7 @@ from apps.operators.tasks import (
 )
 from tests.factories import MembershipFactory, TeamFactory
 from tests.operators.conftest import SAMPLES
-from tests.processes import celery_worker, descendant, still_running, wait_until
+from tests.processes import celery_worker, descendant, end, still_running, wait_until
 from tests.workbench.test_live_events import process_env
 
 PROBLEMS = 12
@@ -283,8 +283,11 @@ def test_an_import_whose_worker_is_killed_leaves_no_reference_running(
                                "the reference running", lambda: story(run.pk))  # fmt: skip
         os.killpg(worker.popen.pid, signal.SIGKILL)
         worker.popen.wait()
-    wait_until(lambda: not still_running(reference), 10, "the reference to end with its worker",
-               lambda: f"still running: {reference.cmdline()}")  # fmt: skip
+    try:
+        wait_until(lambda: not still_running(reference), 10, "the reference to end with its "
+                   "worker", lambda: f"still running: {reference.cmdline()}")  # fmt: skip
+    finally:
+        end(reference)
 
 
 def leads_a_session(process: psutil.Process) -> bool:
