@@ -231,19 +231,16 @@ PAGED = ["/api/teams", "/api/tokens", "/api/teams/kernels/members", "/api/teams/
 
 
 @pytest.mark.parametrize("url", PAGED)
-def test_an_offset_past_what_the_database_can_take_is_refused_naming_it(
+def test_a_page_past_what_the_database_can_count_to_is_empty(
     team: Team, admin: Client, url: str
 ) -> None:
     """PostgreSQL's OFFSET is a bigint: the journal's events, sliced in the database, answered
-    500 ("bigint out of range") for a larger one."""
+    500 ("bigint out of range") for a larger one. Past the end, a page is empty."""
     stored_builtin("relu")
     session = session_create(team=team, user=None, operators=["relu"], start=False)
     journal_append(session_id=session.pk, kind="session_note", payload={"text": "one"})
     url = url.format(session=session.pk)
 
-    too_far = admin.get(url, {"offset": str(2**63)})
-    assert too_far.status_code == 422, too_far.content
-    (detail,) = too_far.json()["error"]["details"]
-    assert (detail["loc"], detail["type"]) == (["query", "offset"], "less_than_equal")
-    last = admin.get(url, {"offset": str(2**63 - 1)})
-    assert (last.status_code, last.json()["items"]) == (200, [])
+    for offset in [2**63 - 1, 2**63, 10**30]:
+        page = admin.get(url, {"offset": str(offset)})
+        assert (page.status_code, page.json()["items"]) == (200, []), (offset, page.content)
