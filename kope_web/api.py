@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.http.response import HttpResponseBase
 from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI
@@ -50,6 +50,8 @@ class NulRefusingParser(Parser):
     field of ours can store one, and finding out at the database would be a 500."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
+        if request.content_type in FORM_TYPES:
+            raise form_body_refused(request)
         return refuse_nul(json_object(request.body), "body")
 
     def parse_querydict(
@@ -58,8 +60,14 @@ class NulRefusingParser(Parser):
         return refuse_nul(super().parse_querydict(data, list_fields, request), "query")
 
 
+FORM_TYPES = {"multipart/form-data", "application/x-www-form-urlencoded"}
 JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def form_body_refused(request: HttpRequest) -> DomainError:
+    return DomainError("The body must be JSON (Content-Type: application/json), not "
+                       f"{request.content_type}", code="http_400")  # fmt: skip
 
 
 def json_object(body: bytes) -> DictStrAny:
@@ -99,12 +107,49 @@ def refuse_nul(parsed: DictStrAny, where: str) -> DictStrAny:
     return parsed
 
 
+ERROR_SCHEMA = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+    }},
+}  # fmt: skip
+# What any operation may answer instead of its success (README, "The API"); a change may also
+# meet a conflict or a body over the limit.
+ERROR_ANSWERS = {
+    400: "The request cannot be read or is refused as asked (`invalid`, `http_400`, …)",
+    401: "No valid credentials (`unauthenticated`), or an expired token (`token_expired`)",
+    403: "The role or the token does not allow it (`forbidden`, `token_read_only`)",
+    404: "No such object in the team, or no such team (`not_found`)",
+    422: "A parameter or body field is not valid (`validation_error`, with details)",
+    503: "The database or the broker is not answering; try again",
+}
+CHANGE_ANSWERS = {
+    409: "The object's state refuses the action, or an Idempotency-Key is still being answered",
+    413: "The body is over KOPE_MAX_REQUEST_BYTES (`request_too_large`)",
+}
+
+
+def document_error_answers(schema: dict[str, Any]) -> None:
+    """Adds the API's error answers, in its one error format, to every operation."""
+    schema["components"]["schemas"]["Error"] = ERROR_SCHEMA
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for operations in schema["paths"].values():
+        for method, operation in operations.items():
+            answers = ERROR_ANSWERS | (CHANGE_ANSWERS if method != "get" else {})
+            for status, description in answers.items():
+                operation["responses"].setdefault(
+                    status, {"description": description, "content": content}
+                )
+
+
 class WorkbenchAPI(NinjaAPI):
     def get_openapi_schema(
         self, *, path_prefix: str | None = None, path_params: DictStrAny | None = None
     ) -> OpenAPISchema:
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         document_header(schema)
+        document_error_answers(schema)
         return schema
 
 
@@ -174,6 +219,13 @@ def on_body_too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpRespo
     body = error_body("request_too_large", f"The request body is over {limit} bytes "
                       "(KOPE_MAX_REQUEST_BYTES).", limit=limit)  # fmt: skip
     return api.create_response(request, body, status=413)
+
+
+@api.exception_handler(RawPostDataException)
+def on_body_already_read(request: HttpRequest, error: RawPostDataException) -> HttpResponse:
+    """A form body sent where JSON belongs: the CSRF check of a logged-in browser had Django
+    parse it from the request's stream, so the raw body was gone when the operation asked."""
+    return on_domain_error(request, form_body_refused(request))
 
 
 CSRF_REFUSED = ("The CSRF check failed: a request with the session cookie sends the csrftoken "

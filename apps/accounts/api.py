@@ -34,7 +34,8 @@ def member_out(membership: Membership) -> dict[str, Any]:
 
 
 def token_out(token: ApiToken) -> dict[str, Any]:
-    fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["id", "name", "prefix", "scope", "created_at", "expires_at", "last_used_at",
+              "revoked_at"]  # fmt: skip
     return {name: getattr(token, name) for name in fields}
 
 
@@ -84,7 +85,11 @@ def list_tokens(request: HttpRequest) -> Any:
 @router.post("/tokens", response={201: IssuedTokenOut})
 @answer_never_kept("its answer holds the token's secret, which is stored only as a hash")
 def create_token(request: HttpRequest, payload: TokenIn, response: HttpResponse) -> Any:
-    issued = services.api_token_create(user=request.user, name=payload.name)  # type: ignore[arg-type]
+    made_with = request.auth if isinstance(request.auth, ApiToken) else None  # type: ignore[attr-defined]
+    issued = services.api_token_create(
+        user=request.user, name=payload.name, expires_in_days=payload.expires_in_days,  # type: ignore[arg-type]
+        scope=payload.scope, made_with=made_with,
+    )  # fmt: skip
     add_never_cache_headers(response)  # the secret is shown once: no cache may keep it
     return Status(201, {**token_out(issued.token), "token": issued.plaintext})
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from apps.accounts.roles import Permission, Role, role_allows
 
@@ -43,8 +44,17 @@ class Membership(models.Model):
         return role_allows(self.role, permission)
 
 
+class TokenScope(models.TextChoices):
+    READ_WRITE = "read_write", "read and write"
+    READ_ONLY = "read_only", "read only"
+
+
 class ApiToken(models.Model):
     """A per-user key for scripts. Only a SHA-256 of the secret is stored."""
+
+    Scope = TokenScope
+    # What a read-only token may send: reads, which change nothing.
+    READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
@@ -52,12 +62,19 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12, unique=True)
     secret_hash = models.CharField(max_length=64)
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.READ_WRITE)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # null: never
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(scope__in=TokenScope.values), name="api_token_scope_valid"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -65,6 +82,13 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    def allows_method(self, method: str) -> bool:
+        return self.scope == self.Scope.READ_WRITE or method in self.READ_METHODS
 
 
 class IdempotentRequest(models.Model):

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from apps.accounts.models import ApiToken, Membership, Team
 from apps.accounts.roles import Permission
@@ -61,7 +60,8 @@ def tokens_for_user(user: AnyUser) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user_id=user_pk(user))
 
 
-def user_for_token(plaintext: str) -> User | None:
+def token_for(plaintext: str) -> ApiToken | None:
+    """The unrevoked token of an active user that `plaintext` is (expired or not)."""
     prefix = prefix_of(plaintext)
     if prefix is None:
         return None
@@ -70,5 +70,4 @@ def user_for_token(plaintext: str) -> User | None:
         return None
     if not token_matches(plaintext, token.secret_hash):
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
-    return token.user
+    return token

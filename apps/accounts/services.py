@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
@@ -80,15 +81,52 @@ class IssuedToken(NamedTuple):
     plaintext: str  # shown once, never stored
 
 
-def api_token_create(*, user: User, name: str) -> IssuedToken:
+# The longest a token may be made to last, when it is to expire at all.
+MAX_TOKEN_DAYS = 365
+
+
+def api_token_create(
+    *, user: User, name: str, expires_in_days: int | None = None,
+    scope: str = ApiToken.Scope.READ_WRITE, made_with: ApiToken | None = None,
+) -> IssuedToken:  # fmt: skip
+    """A new token; `made_with` is the token the request came with, if one: the new token
+    may not outlive it (a token that expires cannot make one that never does)."""
     name = name.strip()
     if not name or len(name) > 100:
         raise DomainError("A token needs a name of 1 to 100 characters.")
+    if scope not in ApiToken.Scope.values:
+        scopes = ", ".join(ApiToken.Scope.values)
+        raise DomainError(f"Unknown token scope {scope!r}; use one of {scopes}.")
+    expires_at = token_expiry(expires_in_days)
+    refuse_outliving(expires_at, made_with)
     new = make_token()
     token = ApiToken.objects.create(
-        user=user, name=name, prefix=new.prefix, secret_hash=new.secret_hash
-    )
+        user=user, name=name, prefix=new.prefix, secret_hash=new.secret_hash,
+        scope=scope, expires_at=expires_at,
+    )  # fmt: skip
     return IssuedToken(token, new.plaintext)
+
+
+def refuse_outliving(expires_at: datetime | None, made_with: ApiToken | None) -> None:
+    """A new token expiring at `expires_at` (None: never) may not outlive the one it is made
+    with."""
+    limit = made_with.expires_at if made_with is not None else None
+    if limit is not None and (expires_at is None or expires_at > limit):
+        raise DomainError(f"This request's token expires at {limit:%Y-%m-%d %H:%M} UTC; "
+                          "a token it makes may not outlive it.")  # fmt: skip
+
+
+def token_expiry(days: int | None) -> datetime | None:
+    if days is None:
+        return None
+    if isinstance(days, bool) or not 1 <= days <= MAX_TOKEN_DAYS:
+        raise DomainError(f"A token expires in 1 to {MAX_TOKEN_DAYS} days, or never; "
+                          f"got {days!r}.")  # fmt: skip
+    return timezone.now() + timedelta(days=days)
+
+
+def api_token_used(*, token: ApiToken) -> None:
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
 
 
 @transaction.atomic

@@ -32,7 +32,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
     issued = None
     form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        issued = services.api_token_create(user=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+        issued = services.api_token_create(user=request.user, **form.cleaned_data)  # type: ignore[arg-type]
         form = TokenForm()
     context = {"form": form, "tokens": selectors.tokens_for_user(request.user), "issued": issued}
     return render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)

@@ -26,6 +26,13 @@ class NotFound(DomainError):
     code = "not_found"
 
 
+class Unauthenticated(DomainError):
+    """Credentials that were sent and are refused (an expired API token, say)."""
+
+    status = 401
+    code = "unauthenticated"
+
+
 class PermissionDenied(DomainError):
     status = 403
     code = "forbidden"

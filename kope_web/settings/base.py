@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from csp.constants import NONE, SELF
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "apps.core",
     "apps.accounts",
     "apps.operators",
@@ -66,6 +68,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.core.middleware.DomainErrorMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it turns a locked-out login into its answer
 ]
 
 ROOT_URLCONF = "kope_web.urls"
@@ -201,6 +204,28 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# axes first: it refuses a locked-out login before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login lockout (apps/accounts/lockout.py): failed logins as one account from one address, and
+# from one address as any account, each with its limit; locked until the cool-off has passed
+# since the last failure.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_FAILURE_LIMIT = env_int("KOPE_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+LOGIN_ADDRESS_FAILURE_LIMIT = env_int(
+    "KOPE_LOGIN_ADDRESS_FAILURE_LIMIT", 20, minimum=1, maximum=100_000
+)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_int("KOPE_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=24 * 60)
+)
+AXES_HANDLER = "apps.accounts.lockout.LockoutHandler"
+AXES_LOCKOUT_CALLABLE = "apps.accounts.lockout.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+# axes would also keep a row for every successful login, for ever; nothing reads them.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # its start-up banner on every command; lockouts are still logged
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

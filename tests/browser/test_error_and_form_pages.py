@@ -226,12 +226,19 @@ def edit_to_an_older_version(admin: Visitor, operator: str) -> None:
 
 
 def log_in_wrongly(chromium: Browser, origin: str, problems: PageProblems) -> None:
+    """Wrong passwords as one account until it is locked (KOPE_LOGIN_FAILURE_LIMIT, 5): the
+    login page then says so, with a 429."""
     stranger = visitor(chromium, origin, "dark", problems)
     stranger.open("/accounts/login/", 200, "Log in")
-    stranger.page.locator("#id_username").fill("admin")
-    stranger.page.locator("#id_password").fill("not the password")
-    stranger.submit(stranger.page.get_by_role("button", name="Log in"), 200,
-                    "Please enter a correct username and password")  # fmt: skip
+    for attempt in range(1, 6):
+        stranger.page.locator("#id_username").fill("admin")
+        stranger.page.locator("#id_password").fill("not the password")
+        status, says = (
+            (200, "Please enter a correct username and password")
+            if attempt < 5
+            else (429, "Too many failed logins as 'admin' from your address")
+        )
+        stranger.submit(stranger.page.get_by_role("button", name="Log in"), status, says)
     stranger.page.close()
 
 
