@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kope_web.settings.local")
+    # `kill -USR1 PID`: a command that seems stuck prints where each of its threads is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 

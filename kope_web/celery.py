@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery, bootsteps, signals
 from celery.worker import control
 from celery.worker.control import active, active_queues  # type: ignore[attr-defined]  # unstubbed
 
@@ -89,6 +89,23 @@ class ResendStalled(bootsteps.StartStopStep):
 
 app.steps["consumer"].add(ResumeOnConnect)
 app.steps["consumer"].add(ResendStalled)
+
+
+@signals.celeryd_after_setup.connect
+def remove_abandoned_work_dirs(sender: str, instance: Any, **kwargs: Any) -> None:
+    """A worker that starts (again, after its predecessor was killed mid-evaluation or
+    mid-import) removes the work dirs the dead left in /dev/shm and the temp folder: nothing
+    else would, and /dev/shm is memory. Before its pool starts, so it runs once per worker."""
+    from apps.devices.services import work_dirs_abandoned_remove
+
+    try:
+        removed = work_dirs_abandoned_remove()
+    except Exception:  # a work dir it cannot read must not keep the worker from starting
+        logger.exception("removing the work dirs of dead evaluations failed")
+        return
+    if removed:
+        logger.warning("removed %d abandoned work dir(s): %s", len(removed),
+                       ", ".join(map(str, removed)))  # fmt: skip
 
 
 @control.inspect_command()

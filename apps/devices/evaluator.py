@@ -10,8 +10,6 @@ an expected output. The judge here compares files the harness left behind, after
 from __future__ import annotations
 
 import collections
-import contextlib
-import dataclasses
 import errno
 import hashlib
 import json
@@ -21,11 +19,10 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +31,12 @@ import numpy as np
 from django.conf import settings
 
 from apps.core.errors import require_whole_numbers
-from apps.devices.cpu_c.build import (
-    HEADER_DIR,
-    CompileError,
-    FlagsRejected,
-    compile_kernel,
-    compiler_name,
-)
+from apps.devices.cpu_c.build import CompileError, FlagsRejected, compile_kernel
+from apps.devices.cpu_c.gcc import compiler_name
 from apps.devices.cpu_c.protocol import (
     BASELINE,
     CANDIDATE,
+    CHECKED,
     LAST,
     QUIT,
     RECORD,
@@ -54,11 +47,13 @@ from apps.devices.cpu_c.protocol import (
     order_tag,
     replies,
 )
-from apps.devices.interpreter import sandbox_python
-from apps.devices.jail import Files, Limits, confine_child, landlock_abi
 from apps.devices.symbols import symbol_problems
 from apps.operators.sandbox import ReferenceRunError, run_reference
 from apps.operators.spec import OperatorSpec
+from apps.sandbox import policies, workdirs
+from apps.sandbox.interpreter import sandbox_python
+from apps.sandbox.jail import Limits
+from apps.sandbox.policies import SandboxUnavailable, Step
 
 TARGET = "cpu-c"
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +142,7 @@ def evaluate_candidate(
     baseline_source: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     verdict = new_verdict(options)
+    require_confinement()  # gcc and nm read the candidate too: nothing runs unconfined
     try:
         build = compile_kernel(source, options.extra_flags)
     except FlagsRejected as error:
@@ -164,7 +160,7 @@ def evaluate_candidate(
     if problems:
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace() as workspace:
-        workspace.files = candidate_files(workspace)
+        check_judge_hidden(workspace)
         try:
             verdict = run_in(
                 workspace, operator, source, build.path, options, verdict, baseline_source
@@ -182,6 +178,7 @@ def evaluate_candidate(
 
 def baseline_build(source: str, options: EvalSettings) -> Path:
     """The baseline's shared object: it was a correct candidate once, so any fault is ours."""
+    require_confinement()
     try:
         path = compile_kernel(source, options.baseline_flags).path
     except (FlagsRejected, CompileError) as error:
@@ -235,11 +232,26 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, share
             shutil.copyfile(baseline, workspace.sandbox / "baseline.so")
         verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"],
                                           with_baseline=bool(baseline_source))  # fmt: skip
+        if verdict["timed"].get("wrong_calls"):
+            return wrong_when_timed(verdict)
     if options.profile:
-        verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"))
+        verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"),
+                                      verdict["compiled"]["flags"])  # fmt: skip
     if options.debug:
         verdict["debugged"] = debug(workspace, runs, source)
     return finish(verdict, "correct")
+
+
+def wrong_when_timed(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A wrong answer on any call is a wrong kernel: the verdict is INCORRECT, naming the call,
+    and no speedup is given for it."""
+    calls = verdict["timed"]["wrong_calls"]
+    verdict["correct"]["ok"] = False
+    verdict["correct"]["failed"] += len(calls)
+    verdict["correct"]["cases"] += [{"run_id": "timing", "case_id": call, "repeat": False,
+                                     "passed": False, "error": f"wrong output on {call}"}
+                                    for call in calls]  # fmt: skip
+    return finish(verdict, "incorrect", reason=verdict["timed"]["reason"])
 
 
 def new_verdict(options: EvalSettings) -> dict[str, Any]:
@@ -272,11 +284,10 @@ def cpu_model() -> str:
 
 
 class Workspace:
-    files: Files | None = None  # what a confined process may read besides its work dir
-
     def __enter__(self) -> Workspace:
         base = settings.KOPE_EVAL_WORK_DIR or default_work_dir()
         self.root = Path(tempfile.mkdtemp(prefix="kope-eval-", dir=base))
+        self.claim = workdirs.claim(self.root)  # a worker's sweep removes it if this process dies
         self.root.chmod(0o711)
         self.judge = self.root / "judge"
         self.judge.mkdir(mode=0o700)
@@ -287,40 +298,29 @@ class Workspace:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        self.claim.release()
 
 
-# What the candidate process reads besides its work dir: the interpreter, its packages, this
-# project's code (its folder only listed: Python lists each folder on its path), the system's
-# libraries and a few devices. Landlock keeps it from every other file (jail.restrict_files),
-# the judge's folder included, even where it runs as the worker's own uid.
-SYSTEM_READABLE = (
-    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys",
-    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
-)  # fmt: skip
-
-
-def candidate_files(workspace: Workspace) -> Files:
-    """Refuses (EvaluationError) where the candidate could read the expected outputs."""
-    if os.geteuid() != 0 and not landlock_abi():
-        raise EvaluationError(
-            f"this worker runs as uid {os.geteuid()}, not root, and the kernel has no Landlock "
-            "(Linux 5.13+ with landlock in its lsm= list, and the landlock_* syscalls allowed "
-            "in a container): the candidate would run as the worker's uid and could read the "
-            "expected outputs. Run the device worker as root or on such a kernel; the "
-            "candidate was not judged"
-        )
-    interpreter, extra_paths = sandbox_python()
-    python = [str(Path(interpreter).resolve()), sys.prefix, sys.base_prefix, sys.exec_prefix,
-              sys.base_exec_prefix, *extra_paths]  # fmt: skip
-    files = Files(readable=(*SYSTEM_READABLE, *python, str(ROOT / "apps")), listable=(str(ROOT),))
+def check_judge_hidden(workspace: Workspace) -> None:
+    """Refuses (EvaluationError) where the candidate could read the expected outputs: a judge's
+    folder among the files its step may read (a host that cannot confine it at all was refused
+    before compiling, by require_confinement)."""
     judge = workspace.judge.resolve()
-    exposed = [p for p in files.readable if judge.is_relative_to(Path(p).resolve())]
+    readable = policies.python_files().every_path()
+    exposed = [p for p in readable if judge.is_relative_to(Path(p).resolve())]
     if exposed:
         raise EvaluationError(
             f"the judge's folder {judge} is inside {exposed[0]}, which the candidate may "
             "read: set KOPE_EVAL_WORK_DIR to a folder outside it"
         )
-    return files
+
+
+def require_confinement() -> None:
+    """Refuses (EvaluationError) on a host where the steps cannot be confined."""
+    try:
+        policies.check_confinable()
+    except SandboxUnavailable as error:
+        raise EvaluationError(f"{error}; the candidate was not judged") from None
 
 
 def default_work_dir() -> str | None:
@@ -343,12 +343,10 @@ def plan_runs(operator: OperatorUnderTest, seeds: int, *, target: str = TARGET,
         if case["timing"] and not with_timing:
             continue
         attrs = operator.spec.attribute_values(case["params"])
-        # The timing case is big, and what its size can reveal (index overflow, a buffer too
-        # small) one seed shows: the small cases get the fresh seeds.
-        for s in range(1 if case["timing"] else seeds):
+        for s in range(seeds_of(operator, case, seeds)):
             seed = (base + 7919 * index + 104729 * s) % 2**31
             runs.append(Run(f"c{index}s{s}", case["case_id"], case["params"], case["dtype"], seed,
-                            attrs, timing=bool(case["timing"])))  # fmt: skip
+                            attrs, timing=bool(case["timing"]) and s == 0))  # fmt: skip
         if not case["timing"]:  # a timing case is big: it is not run twice
             first = runs[-seeds]
             runs.append(Run(f"c{index}r", first.case_id, first.params, first.dtype, first.seed,
@@ -358,28 +356,50 @@ def plan_runs(operator: OperatorUnderTest, seeds: int, *, target: str = TARGET,
     return runs
 
 
+def seeds_of(operator: OperatorUnderTest, case: dict[str, Any], seeds: int) -> int:
+    """A built-in operator's timing case is big, and what its size can reveal (index overflow,
+    a buffer too small) one seed shows: its small cases get the fresh seeds. An imported
+    problem's cases are all the shapes its suite gives, so each gets every seed (the timing
+    case's first one is timed): a kernel that fits one draw of them fails another."""
+    if case["timing"] and operator.reference_kind == "kope":
+        return 1
+    return seeds
+
+
 def generate(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run]) -> None:
-    request = {
-        "kind": operator.reference_kind, "source": operator.reference_source, "mode": "generate",
-        "input_dir": str(workspace.sandbox), "expected_dir": str(workspace.judge),
-        "runs": [{"run_id": r.run_id, "params": r.params, "dtype": r.dtype, "seed": r.seed}
-                 for r in runs if r.repeat_of is None],
-    }  # fmt: skip
-    try:
-        answer = run_reference(request)
-    except ReferenceRunError as error:
-        raise EvaluationError(f"the reference of {operator.label} failed: {error}") from None
-    by_id = {g["run_id"]: g for g in answer["runs"]}
-    for run in runs:
-        generated = by_id[run.repeat_of or run.run_id]
-        if "error" in generated:
-            raise EvaluationError(
-                f"the reference of {operator.label} failed on {run.case_id}: {generated['error']}"
-            )
-        run.generated = generated
-        run.attrs = run.attrs + list(generated["scalars"])
-    for path in workspace.sandbox.iterdir():
-        path.chmod(0o666)
+    """The reference (outside code) writes inputs and expected outputs in a folder of its own;
+    the inputs are moved to the sandbox's folder, the expected outputs to the judge's."""
+    with policies.workdir("reference-", parent=workspace.root) as folder:
+        request = {
+            "kind": operator.reference_kind, "source": operator.reference_source,
+            "mode": "generate", "input_dir": str(folder), "expected_dir": str(folder),
+            "runs": [{"run_id": r.run_id, "params": r.params, "dtype": r.dtype, "seed": r.seed}
+                     for r in runs if r.repeat_of is None],
+        }  # fmt: skip
+        try:
+            answer = run_reference(request, workdir=folder)
+        except ReferenceRunError as error:
+            raise EvaluationError(f"the reference of {operator.label} failed: {error}") from None
+        by_id = {g["run_id"]: g for g in answer["runs"]}
+        for run in runs:
+            generated = by_id[run.repeat_of or run.run_id]
+            if "error" in generated:
+                raise EvaluationError(f"the reference of {operator.label} failed on "
+                                      f"{run.case_id}: {generated['error']}")  # fmt: skip
+            run.generated = generated
+            run.attrs = run.attrs + list(generated["scalars"])
+            if run.repeat_of is None:
+                take_generated(folder, workspace, run)
+
+
+def take_generated(folder: Path, workspace: Workspace, run: Run) -> None:
+    for kind, target, mode in (("in", workspace.sandbox, 0o666), ("out", workspace.judge, 0o600)):
+        for i in range(len(run.generated[f"{kind}puts"])):
+            name = f"{run.run_id}.{kind}{i}"
+            if not is_regular_file(folder / name):
+                raise EvaluationError(f"the reference wrote no plain file {name}")
+            os.rename(folder / name, target / name)
+            (target / name).chmod(mode)
 
 
 # --- the confined harness ---------------------------------------------------------------------
@@ -434,15 +454,15 @@ def output_bytes(meta: dict[str, Any]) -> int:
 
 
 def harness_env(options: EvalSettings) -> dict[str, str]:
+    """Beside the sandbox's base (PATH, HOME, LANG, TMPDIR): nothing of the worker's own."""
     _, extra_paths = sandbox_python()
     return {
-        "PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(ROOT), *extra_paths]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *extra_paths]),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "HOME": "/nonexistent", "OMP_NUM_THREADS": str(options.threads), "OMP_DYNAMIC": "false",
+        "OMP_NUM_THREADS": str(options.threads), "OMP_DYNAMIC": "false",
         "MALLOC_PERTURB_": "165",  # uninitialised heap memory is garbage, not lucky zeros
         # ...including small blocks glibc would otherwise hand back from its per-thread cache.
         "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0",
-        "LANG": "C",
     }  # fmt: skip
 
 
@@ -450,7 +470,7 @@ def run_harness(
     workspace: Workspace, manifest: dict[str, Any], options: EvalSettings
 ) -> HarnessOutcome:
     child, log = start_harness(workspace, manifest, options)
-    timed_out = wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
+    timed_out = policies.wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
     return read_outcome(log, child.returncode, timed_out)
 
 
@@ -464,46 +484,15 @@ def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalS
     (workspace.sandbox / name).chmod(0o644)
     limits = harness_limits(options, workspace, manifest)
     log = workspace.judge / f"{manifest['mode']}.log"
+    command = [sandbox_python()[0], "-s", "-m", "apps.devices.cpu_c.harness", name]
     with log.open("wb") as stdout:
-        child = subprocess.Popen(
-            [sandbox_python()[0], "-s", "-m", "apps.devices.cpu_c.harness", name],
-            stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-            cwd=workspace.sandbox, env=harness_env(options), start_new_session=True,
-            pass_fds=pass_fds, preexec_fn=confined(limits, workspace.sandbox, workspace),
-        )  # fmt: skip
+        try:
+            child = policies.start(Step.HARNESS, command, workdir=workspace.sandbox,
+                                   limits=limits, env=harness_env(options), stdout=stdout,
+                                   stderr=subprocess.STDOUT, pass_fds=pass_fds)  # fmt: skip
+        except SandboxUnavailable as error:
+            raise EvaluationError(f"{error}; the candidate was not judged") from None
     return child, log
-
-
-def confined(limits: Limits, folder: Path, workspace: Workspace,
-             writable: tuple[str, ...] = ()) -> Callable[[], None]:  # fmt: skip
-    """The preexec_fn of a process that runs candidate code in `folder`."""
-    files = workspace.files
-    if files is not None and writable:
-        files = dataclasses.replace(files, writable=writable)
-    return lambda: confine_child(limits, str(folder), files)
-
-
-def valgrind_temp(workspace: Workspace) -> tuple[str, ...]:
-    """valgrind writes files of its own in the system temp folder (TMPDIR is the worker's):
-    writable for it, unless the judge's folder is in there too (valgrind then cannot start,
-    and says so in the profile's reason)."""
-    temp = Path(tempfile.gettempdir()).resolve()
-    return () if workspace.judge.resolve().is_relative_to(temp) else (str(temp),)
-
-
-def wait_or_kill(child: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    try:
-        child.wait(timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        kill_group(child)
-        return True
-
-
-def kill_group(child: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
 
 
 def read_outcome(log: Path, returncode: int, timed_out: bool) -> HarnessOutcome:
@@ -629,8 +618,13 @@ def inputs_intact(workspace: Workspace, run: Run) -> bool:
 
 
 def file_sha256(path: Path) -> str:
+    """The sha256 of a regular file (a link the candidate put in its folder is not followed);
+    "" when there is none."""
+    handle = policies.open_left_behind(path)
+    if handle is None:
+        return ""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with handle:
         while chunk := handle.read(2**22):
             digest.update(chunk)
     return digest.hexdigest()
@@ -640,15 +634,20 @@ def read_array(path: Path, meta: dict[str, Any]) -> np.ndarray | None:
     expected_bytes = int(np.prod(meta["shape"], dtype=np.int64)) * np.dtype(meta["dtype"]).itemsize
     if expected_bytes == 0:
         return np.zeros(meta["shape"], dtype=meta["dtype"])
-    if not path.exists() or path.stat().st_size != expected_bytes:
+    handle = policies.open_left_behind(path)
+    if handle is None:
         return None
-    return np.fromfile(path, dtype=meta["dtype"]).reshape(meta["shape"])
+    with handle:
+        if os.fstat(handle.fileno()).st_size != expected_bytes:
+            return None
+        return np.fromfile(handle, dtype=meta["dtype"]).reshape(meta["shape"])
 
 
 def compare_output(workspace: Workspace, run: Run, index: int, meta: dict[str, Any],
                    spec: OperatorSpec, *, produced: str = "out") -> dict[str, Any]:  # fmt: skip
     """One output against the reference's; `produced` names the file the harness wrote:
-    "out" for a correctness run, "last" for the last timed call."""
+    "out" for a correctness run, "last" for the last timed call, "small" for the smaller
+    case's last call."""
     source_id = run.repeat_of or run.run_id
     expected = read_array(workspace.judge / f"{source_id}.out{index}", meta)
     actual = read_array(workspace.sandbox / f"{run.run_id}.{produced}{index}", meta)
@@ -703,31 +702,45 @@ def same_outputs(workspace: Workspace, run: Run) -> bool:
 def custom_checks(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run],
                   outcome: HarnessOutcome) -> dict[str, bool]:  # fmt: skip
     """Ask the reference runner to apply the operator's own checker to each finished run."""
-    items = []
+    items, by_id = [], {run.run_id: run for run in runs}
     for run in runs:
         if run.run_id not in outcome.finished:
             continue
-        source_id = run.repeat_of or run.run_id
-        for i in range(len(run.generated["outputs"])):
-            shutil.copyfile(
-                workspace.judge / f"{source_id}.out{i}", workspace.judge / f"{run.run_id}.exp{i}"
-            )
-            shutil.copyfile(
-                workspace.sandbox / f"{run.run_id}.out{i}", workspace.judge / f"{run.run_id}.act{i}"
-            )
-        outputs = run.generated["outputs"]
-        items.append({
-            "run_id": run.run_id, "params": run.params, "dir": str(workspace.judge),
-            "expected": [{**m, "file": f"{run.run_id}.exp{i}"} for i, m in enumerate(outputs)],
-            "actual": [{**m, "file": f"{run.run_id}.act{i}"} for i, m in enumerate(outputs)],
-        })  # fmt: skip
-    request = {"kind": operator.reference_kind, "source": operator.reference_source,
-               "mode": "check", "checks": items}  # fmt: skip
-    try:
-        answer = run_reference(request)
-    except ReferenceRunError as error:
-        raise EvaluationError(f"the operator's checker failed: {error}") from None
+        items.append(run.run_id)
+    with policies.workdir("checker-", parent=workspace.root) as folder:
+        request = {"kind": operator.reference_kind, "source": operator.reference_source,
+                   "mode": "check", "checks": [check_item(workspace, folder, by_id[r])
+                                               for r in items]}  # fmt: skip
+        try:
+            answer = run_reference(request, workdir=folder)
+        except ReferenceRunError as error:
+            raise EvaluationError(f"the operator's checker failed: {error}") from None
     return {c["run_id"]: bool(c["passed"]) for c in answer["checks"]}
+
+
+def is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def check_item(workspace: Workspace, folder: Path, run: Run) -> dict[str, Any]:
+    """The expected and produced outputs of `run`, copied into the checker's folder."""
+    source_id = run.repeat_of or run.run_id
+    outputs = run.generated["outputs"]
+    for i in range(len(outputs)):
+        shutil.copyfile(workspace.judge / f"{source_id}.out{i}", folder / f"{run.run_id}.exp{i}")
+        with (folder / f"{run.run_id}.act{i}").open("wb") as copy:
+            produced = policies.open_left_behind(workspace.sandbox / f"{run.run_id}.out{i}")
+            if produced is not None:
+                with produced:
+                    shutil.copyfileobj(produced, copy)
+    return {
+        "run_id": run.run_id, "params": run.params, "dir": str(folder),
+        "expected": [{**m, "file": f"{run.run_id}.exp{i}"} for i, m in enumerate(outputs)],
+        "actual": [{**m, "file": f"{run.run_id}.act{i}"} for i, m in enumerate(outputs)],
+    }  # fmt: skip
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -756,6 +769,7 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
         "baseline_so": "baseline.so" if with_baseline else None,
         "threads": options.threads,
         "timing": plan,
+        "tolerance": {"max_abs": operator.spec.max_abs, "max_rel": operator.spec.max_rel},
     }
     try:
         measured = run_timing_harness(workspace, manifest, options,
@@ -764,11 +778,29 @@ def time_candidate(workspace: Workspace, operator: OperatorUnderTest, runs: list
     except TimingRefused as error:
         flags.append(f"timing refused: {error}")
         return {"ok": False, "reason": str(error)}
-    last_ok = all(
-        compare_output(workspace, run, i, m, operator.spec, produced="last")["within_tolerance"]
+    wrong = wrong_calls(workspace, operator.spec, run, scaling, measured["first_wrong"])
+    return timing_summary(run, scaling, {**measured, "wrong_calls": wrong}, options, flags)
+
+
+def wrong_calls(workspace: Workspace, spec: OperatorSpec, run: Run, scaling: Run | None,
+                first_wrong: int) -> list[str]:  # fmt: skip
+    """The timed calls whose output was wrong, named: the first of the timed calls the harness
+    checked, the last call (judged here) and the smaller case's last call (judged here)."""
+    wrong = []
+    if first_wrong:
+        wrong.append(f"timed call {first_wrong} of case {run.case_id}")
+    if not produced_right(workspace, spec, run, "last"):
+        wrong.append(f"the last timed call of case {run.case_id}")
+    if scaling is not None and not produced_right(workspace, spec, scaling, "small"):
+        wrong.append(f"the last call of the smaller case {scaling.case_id}")
+    return wrong
+
+
+def produced_right(workspace: Workspace, spec: OperatorSpec, run: Run, produced: str) -> bool:
+    return all(
+        compare_output(workspace, run, i, m, spec, produced=produced)["within_tolerance"]
         for i, m in enumerate(run.generated["outputs"])
     )
-    return timing_summary(run, scaling, {**measured, "last_call_ok": last_ok}, options, flags)
 
 
 # --- the judge's clock: it drives every timed call over a pipe and timestamps the replies ----
@@ -845,10 +877,12 @@ def drive_timing(channel: Channel, options: EvalSettings, *, with_scaling: bool,
         scaling_ns.append(channel.expect(SMALL, iteration, nonce) - sent)
     nonce, _ = channel.order(LAST, 0)
     channel.expect(LAST, 0, nonce)
+    nonce, _ = channel.order(CHECKED, 0)
+    _, first_wrong = channel.receive(CHECKED, 0, nonce)
     channel.order(QUIT, 0)
     return {"reference_ns": reference_ns, "candidate_ns": timed_ns[CANDIDATE],
             "baseline_ns": timed_ns[BASELINE], "scaling_ns": scaling_ns, "status": 0,
-            "inputs_renewed": renewed}  # fmt: skip
+            "inputs_renewed": renewed, "first_wrong": first_wrong}  # fmt: skip
 
 
 def scaling_repeats(options: EvalSettings) -> int:
@@ -870,12 +904,12 @@ def run_timing_harness(
         return drive_timing(Channel(go_write, report_read, deadline), options,
                             with_scaling=with_scaling, with_baseline=with_baseline)  # fmt: skip
     except TimingRefused as error:
-        kill_group(child)
+        policies.kill_group(child)
         raise TimingRefused(f"{error}{crash_detail(child.returncode, log)}") from None
     finally:
         os.close(go_write)
         os.close(report_read)
-        wait_or_kill(child, 10)  # an overrun after its last reply changes no measurement
+        policies.wait_or_kill(child, 10)  # an overrun after its last reply changes nothing
 
 
 def crash_detail(returncode: int, log: Path) -> str:
@@ -886,7 +920,12 @@ def crash_detail(returncode: int, log: Path) -> str:
 
 
 def scaling_plan(scaling: Run | None) -> dict[str, Any] | None:
-    return harness_run(scaling) if scaling is not None else None
+    """The smaller case's calls write files of their own: the correctness run's stay as judged."""
+    if scaling is None:
+        return None
+    outputs = [{**m, "file": f"{scaling.run_id}.small{i}"}
+               for i, m in enumerate(harness_run(scaling)["outputs"])]  # fmt: skip
+    return {**harness_run(scaling), "outputs": outputs}
 
 
 def scaling_run(runs: list[Run], timing: Run) -> Run | None:
@@ -921,7 +960,7 @@ def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], option
     candidate, reference = stats_ms(result["candidate_ns"]), stats_ms(result["reference_ns"])
     speedup = reference["median_ms"] / max(candidate["median_ms"], 1e-9)
     summary: dict[str, Any] = {
-        "ok": result["last_call_ok"] is True and result.get("status") == 0, "case_id": run.case_id,
+        "ok": not result["wrong_calls"] and result.get("status") == 0, "case_id": run.case_id,
         "threads": options.threads, "warmup": options.warmup, "repeats": options.repeats,
         "candidate": candidate, "reference": reference, "speedup": speedup,
         "candidate_samples_ms": [n / 1e6 for n in result["candidate_ns"]],
@@ -931,9 +970,10 @@ def timing_summary(run: Run, scaling: Run | None, result: dict[str, Any], option
         summary["baseline"] = stats_ms(result["baseline_ns"])
         summary["baseline_samples_ms"] = [n / 1e6 for n in result["baseline_ns"]]
         summary["vs_baseline"] = paired_ratio(result["baseline_ns"], result["candidate_ns"])
-    if not summary["ok"]:
-        summary["reason"] = "the last timed call's output was wrong (results cached between calls?)"
-        flags.append("wrong output on a timed call")
+    if result["wrong_calls"]:
+        summary["wrong_calls"] = result["wrong_calls"]
+        summary["reason"] = (f"wrong output on {'; '.join(result['wrong_calls'])} (results "
+                             "remembered between calls?)")  # fmt: skip
     if speedup > IMPLAUSIBLE_SPEEDUP:
         flags.append(f"implausible speedup {speedup:.1f}x vs the reference: review before trusting")
     scaling_ns = result.get("scaling_ns")
@@ -961,32 +1001,30 @@ def run_arrays(workspace: Workspace, run: Run) -> list[np.ndarray]:
     return arrays
 
 
-def diagnostic_case(workspace: Workspace, run: Run, name: str) -> tuple[Path, Path]:
+def diagnostic_case(workspace: Workspace, run: Run, name: str) -> Path:
+    """The run's case as driver.c reads it, in a file of the worker's (each diagnostic copies
+    it into a work dir of its own)."""
     from apps.devices.cpu_c.casefile import write_case_file
 
-    folder = workspace.sandbox / name
-    folder.mkdir()
-    folder.chmod(0o777)
-    case = folder / "case.bin"
+    case = workspace.root / f"{name}.case"
     outputs = [(m["dtype"], m["shape"]) for m in run.generated["outputs"]]
     write_case_file(case, run_arrays(workspace, run), outputs, run.attrs)
     case.chmod(0o644)
-    return folder, case
+    return case
 
 
 def profile(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run], source: str,
-            timed: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+            timed: dict[str, Any] | None, timed_flags: list[str]) -> dict[str, Any]:  # fmt: skip
     from apps.devices.cpu_c.diagnostics import DiagnosticError, chrome_trace, profile_kernel
 
     firsts = [r for r in runs if r.repeat_of is None and r.run_id.endswith("s0")]
     run = next((r for r in firsts if r.timing), None) or max(firsts, key=input_elements)
-    folder, case = diagnostic_case(workspace, run, "profile")
-    limits = Limits(cpu_s=settings.KOPE_EVAL_TIMEOUT_S * 4, memory_mb=diagnostic_memory_mb())
+    limits = Limits(cpu_s=diagnostic_seconds(), memory_mb=diagnostic_memory_mb(),
+                    file_size_mb=256)  # fmt: skip
     try:
-        data = profile_kernel(source, case, folder, header_dir=HEADER_DIR,
-                              timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
-                              preexec_fn=confined(limits, folder, workspace,
-                                                  writable=valgrind_temp(workspace)))  # fmt: skip
+        data = profile_kernel(source, diagnostic_case(workspace, run, "profile"),
+                              timed_flags=timed_flags, timeout_s=diagnostic_seconds(),
+                              limits=limits, parent=workspace.root)  # fmt: skip
     except DiagnosticError as error:
         return {"ok": False, "reason": str(error)}
     samples = (timed or {}).get("candidate_samples_ms")
@@ -999,16 +1037,19 @@ def debug(workspace: Workspace, runs: list[Run], source: str) -> dict[str, Any]:
 
     candidates = [r for r in runs if r.repeat_of is None and input_elements(r) > 1]
     run = min(candidates or runs, key=input_elements)
-    folder, case = diagnostic_case(workspace, run, "debug")
     # ASan reserves terabytes of address space for its shadow memory.
-    limits = Limits(cpu_s=settings.KOPE_EVAL_TIMEOUT_S * 4, memory_mb=2**26)
+    limits = Limits(cpu_s=diagnostic_seconds(), memory_mb=2**26, file_size_mb=256)
     try:
-        report = debug_kernel(source, case, folder, header_dir=HEADER_DIR,
-                              timeout_s=settings.KOPE_EVAL_TIMEOUT_S * 4,
-                              preexec_fn=confined(limits, folder, workspace))  # fmt: skip
+        report = debug_kernel(source, diagnostic_case(workspace, run, "debug"),
+                              timeout_s=diagnostic_seconds(), limits=limits,
+                              parent=workspace.root)  # fmt: skip
     except DiagnosticError as error:
         return {"ok": False, "reason": str(error)}
     return {"ok": True, "case_id": run.case_id, **report}
+
+
+def diagnostic_seconds() -> int:
+    return settings.KOPE_EVAL_TIMEOUT_S * 4
 
 
 def diagnostic_memory_mb() -> int:

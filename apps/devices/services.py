@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F
@@ -13,13 +19,30 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
-from apps.devices.evaluator import TARGET, EvalSettings, EvaluationError, OperatorUnderTest
+from apps.core.locks import advisory_lock, advisory_locks_held
+from apps.devices.evaluator import (
+    TARGET,
+    EvalSettings,
+    EvaluationError,
+    OperatorUnderTest,
+    default_work_dir,
+)
 from apps.devices.models import Evaluation, KernelSource, Profile
 from apps.devices.targets import TARGETS, target_get
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
+from apps.sandbox.workdirs import remove_abandoned
 
 MAX_SOURCE_BYTES = 1_000_000
+# pg_advisory_lock(namespace, evaluation id): held by the process running the evaluation, a
+# worker's or `manage.py evaluate`'s; sessions' is 7_001, imports' 7_002.
+LOCK_NAMESPACE = 7_003
+LOCK_WAIT_POLL_S = 0.5
+# What an evaluation's steps name their work dirs: the evaluation's own (a Workspace), then
+# those of the compile, the symbol check, a profile or debug run and the reference run. Nothing
+# broader: `make load` keeps its whole stack in /tmp/kope-load-*.
+WORK_DIR_PREFIXES = ("kope-eval-", "kope-build-", "kope-vet-", "kope-profile-", "kope-debug-",
+                     "kope-ref-")  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +136,31 @@ def claim_attempt(
 def evaluation_execute(
     evaluation_id: int, *, max_attempts: int, worker: str = "", only_if_queued: bool = False
 ) -> Evaluation:
+    """Run the evaluation holding its lock for the whole attempt, so that an orphan sweep
+    sees it alive whichever process runs it (a worker, `manage.py evaluate`, on any host).
+    When another process runs it already, wait for that one's verdict instead of running it
+    beside it; `only_if_queued` returns at once then."""
+    with evaluation_lock(evaluation_id, wait=not only_if_queued) as held:
+        if not held:
+            return Evaluation.objects.get(pk=evaluation_id)
+        return _execute_locked(evaluation_id, max_attempts, worker, only_if_queued)
+
+
+@contextlib.contextmanager
+def evaluation_lock(evaluation_id: int, *, wait: bool) -> Iterator[bool]:
+    """Taken before the attempt is claimed and let go after its verdict is stored: an
+    evaluation seen running stays locked until it is not, or its process has died."""
+    while True:
+        with advisory_lock(LOCK_NAMESPACE, evaluation_id) as held:
+            if held or not wait:
+                yield held
+                return
+        time.sleep(LOCK_WAIT_POLL_S)
+
+
+def _execute_locked(
+    evaluation_id: int, max_attempts: int, worker: str, only_if_queued: bool
+) -> Evaluation:
     evaluation = claim_attempt(evaluation_id, max_attempts, worker, only_if_queued=only_if_queued)
     if evaluation is None:
         return Evaluation.objects.get(pk=evaluation_id)
@@ -145,17 +193,25 @@ def baseline_text(sha256: str) -> str:
     return stored.text
 
 
-def running_evaluations(queue: str) -> dict[int, str]:
-    """The evaluations for `queue` that a worker claimed and has not finished: id -> worker."""
+def orphaned_evaluations(queue: str) -> list[int]:
+    """The evaluations for `queue` marked running whose process is gone (SIGKILL, a lost
+    host): nobody holds their lock, which PostgreSQL lets go when its holder's connection
+    ends. Read in that order: a runner takes the lock before it marks the evaluation running,
+    so one seen running and then unlocked has finished or died."""
     targets = [name for name, target in TARGETS.items() if target.queue == queue]
     running = Evaluation.objects.filter(status=Evaluation.Status.RUNNING, target__in=targets)
-    return dict(running.values_list("pk", "worker"))
+    running_ids = list(running.order_by("pk").values_list("pk", flat=True))
+    held = advisory_locks_held(LOCK_NAMESPACE)
+    return [pk for pk in running_ids if pk not in held]
 
 
-def orphaned_evaluations(running: dict[int, str], live_workers: set[str]) -> list[int]:
-    """Of the running evaluations, those no live worker holds: their worker died (SIGKILL, a
-    lost host) and took the queue message with it."""
-    return [pk for pk, worker in running.items() if worker not in live_workers]
+def work_dirs_abandoned_remove() -> list[Path]:
+    """Remove the work dirs that dead evaluations left (their process killed mid-way, so its
+    clean-up never ran) where the evaluator makes them: KOPE_EVAL_WORK_DIR, /dev/shm and the
+    system temp folder. Those a live process holds (another worker, `manage.py evaluate`) stay."""
+    temp = tempfile.gettempdir()
+    bases = [settings.KOPE_EVAL_WORK_DIR, default_work_dir(), temp]
+    return remove_abandoned([base for base in bases if base], WORK_DIR_PREFIXES)
 
 
 def json_safe(value: Any) -> Any:

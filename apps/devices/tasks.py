@@ -8,9 +8,6 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.events import EventKind, WorkerAlive, publish, team_group
-from kope_web.celery import app
-
-ORPHAN_PING_TIMEOUT_S = 1.0
 
 
 @shared_task(bind=True, acks_late=False, ignore_result=True)
@@ -46,19 +43,13 @@ def evaluate(self: Task[Any, Any], evaluation_id: int, only_if_queued: bool = Fa
                        only_if_queued=only_if_queued)  # fmt: skip
 
 
-@shared_task(name="devices.resume_orphaned_evaluations", bind=True, ignore_result=True)
-def resume_orphaned_evaluations(self: Task[Any, Any], queue: str) -> list[int]:
-    """Queue again the evaluations of `queue` whose worker is gone (it no longer answers a
-    ping); a live worker's evaluation is left alone."""
-    from apps.devices.services import orphaned_evaluations, running_evaluations
+@shared_task(name="devices.resume_orphaned_evaluations", ignore_result=True)
+def resume_orphaned_evaluations(queue: str) -> list[int]:
+    """Queue again the evaluations of `queue` whose process is gone; one a live process runs
+    (a worker, `manage.py evaluate`, on any host) holds its lock and is left alone."""
+    from apps.devices.services import orphaned_evaluations
 
-    running = running_evaluations(queue)
-    if not running:
-        return []  # nothing running at all: no need to ask who is alive (the usual start)
-    replies = app.control.ping(timeout=ORPHAN_PING_TIMEOUT_S) or []
-    live = {name for reply in replies for name in reply}
-    live.add(self.request.hostname or "")
-    orphans = orphaned_evaluations(running, live)
+    orphans = orphaned_evaluations(queue)
     for evaluation_id in orphans:
         evaluate.apply_async(args=(evaluation_id,), queue=queue)
     return orphans

@@ -18,6 +18,9 @@ def describe_verdict(verdict: dict[str, Any]) -> str:
         lines.append(
             f"profile: {'profile ' + str(p.get('profile_id')) if p.get('ok') else p.get('reason')}"
         )
+        build = (p.get("profile") or {}).get("build")
+        if build:
+            lines.append(f"profile build: {' '.join(build['flags'])} ({build['differs']})")
     if verdict.get("debugged"):
         d = verdict["debugged"]
         state = (

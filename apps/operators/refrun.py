@@ -12,11 +12,14 @@ runner answers each order with one line, how the child ended.
 Request: {"kind": "kope"|"kernelbench"|"npukernelbench", "source": {...}, "cases": [...],
           "seed": int, "kernel_so": path|null, "attributes": [[float]], "max_abs", "max_rel"}
 Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...}}]}
+With "mode": "lower", the answer is the Model lowered to a naive C kernel for the first case
+(apps/operators/lowering): {"source": str} or {"error": str}.
 A request {"batch": [request, ...]} is answered {"batch": [answer, ...]}.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import ctypes
 import hashlib
@@ -27,33 +30,107 @@ import signal
 import sys
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy
 import torch
 
-from apps.core.parent_death import die_with_parent
-from apps.operators.childlimits import apply_limits
 from apps.operators.scaling import scaled_size
+from apps.sandbox import policies, seccomp
+from apps.sandbox.jail import Limits, sandbox_ids
+from apps.sandbox.policies import Step
 
 KOPE_DTYPES = {torch.float32: 0, torch.float64: 1, torch.int32: 2, torch.int64: 3,
                torch.uint8: 4, torch.bool: 5}  # fmt: skip
 
 
 class Reference:
-    """One loaded reference: makes inputs for a case and computes the expected outputs."""
+    """One loaded reference: makes inputs for a case and computes the expected outputs; where
+    it is a Model, builds that model for a case (what the lowering traces)."""
 
     def __init__(
         self,
         make_inputs: Callable[..., list[Any]],
         compute: Callable[..., list[Any]],
         check: Callable[..., Any] | None = None,
+        model: Callable[[dict[str, Any]], torch.nn.Module] | None = None,
     ) -> None:
         self.make_inputs = make_inputs
         self.compute = compute
         self.check = check
+        self.model = model
+
+
+# --- inputs and outputs as a kernel sees them: flat ------------------------------------------
+
+_LEAF = object()  # where a tensor or number was, in a structure flattened() made
+
+
+def flattened(value: Any, leaves: list[Any]) -> Any:
+    """`value`'s structure, each tensor and number in it moved to `leaves` (in order) and a
+    placeholder left in its place; text, None and other constants stay where they are."""
+    if isinstance(value, list | tuple):
+        return type(value)(flattened(item, leaves) for item in value)
+    if isinstance(value, torch.Tensor | bool | int | float):
+        leaves.append(value)
+        return _LEAF
+    return value
+
+
+def rebuilt(structure: Any, leaves: Iterator[Any]) -> Any:
+    if isinstance(structure, list | tuple):
+        return type(structure)(rebuilt(item, leaves) for item in structure)
+    return next(leaves) if structure is _LEAF else structure
+
+
+class FlatInputs(torch.nn.Module):
+    """A model called with flat inputs and giving flat outputs, as a kernel is: what the
+    lowering traces."""
+
+    def __init__(self, model: torch.nn.Module, structure: Any) -> None:
+        super().__init__()
+        self.model, self.structure = model, structure
+
+    def forward(self, *inputs: Any) -> tuple[Any, ...]:
+        leaves: list[Any] = []
+        flattened(as_list(self.model(*rebuilt(self.structure, iter(inputs)))), leaves)
+        return tuple(leaves)
+
+
+def with_flat_inputs(reference: Reference) -> Reference:
+    """The reference with its inputs and outputs as flat lists of tensors and numbers, the
+    kernel's view: a problem whose forward takes lists of tensors (NPUKernelBench's Foreach
+    operators) or constants (a mode's name) gets them back as it made them. A case's structure
+    depends on its params only, so it is kept per params from the last make_inputs."""
+    structures: dict[str, Any] = {}
+
+    def key(params: dict[str, Any]) -> str:
+        return json.dumps(params, sort_keys=True, default=str)
+
+    def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
+        leaves: list[Any] = []
+        made = list(reference.make_inputs(params, generator))
+        structures[key(params)] = flattened(made, leaves)
+        return leaves
+
+    def structure_for(params: dict[str, Any]) -> Any:
+        if key(params) not in structures:
+            make_inputs(params, torch.Generator().manual_seed(0))
+        return structures[key(params)]
+
+    def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+        leaves: list[Any] = []
+        flattened(reference.compute(rebuilt(structure_for(params), iter(inputs)), params), leaves)
+        return leaves
+
+    def model(params: dict[str, Any]) -> torch.nn.Module:
+        assert reference.model is not None
+        return FlatInputs(reference.model(params), structure_for(params))
+
+    return Reference(make_inputs, compute, reference.check,
+                     model=model if reference.model is not None else None)  # fmt: skip
 
 
 # --- loading the three layouts -------------------------------------------------------------
@@ -75,20 +152,27 @@ def _stub_module(name: str) -> types.ModuleType:
 def _tolerant_import(
     name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
 ) -> Any:
+    """A module missing here stands in as a stub, when the problem's own code imports it: a
+    package it uses may probe an optional one (scipy tries `import cython`) and must see the
+    ImportError."""
     try:
         return _real_import(name, globals_, locals_, fromlist, level)
     except ImportError:
+        if (globals_ or {}).get("__name__") not in _problem_modules:
+            raise
         stub = _stub_module(name)
         sys.modules[name] = stub
         return stub
 
 
 _real_import = builtins.__import__
+_problem_modules: set[str] = set()  # the names exec_module ran a problem's code under
 
 
 def exec_module(name: str, source: str, *, tolerant: bool = False) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__dict__["__builtins__"] = builtins
+    _problem_modules.add(name)
     if tolerant:
         builtins.__import__ = _tolerant_import  # type: ignore[assignment]
     try:
@@ -105,48 +189,310 @@ def load_kope(source: dict[str, str]) -> Reference:
 
 
 def scale_size_constants(module: types.ModuleType, scale: float) -> None:
+    """Sizes a case's params do not give (ints computed from others) scale as they did."""
     for name, value in list(vars(module).items()):
         if type(value) is int and not name.startswith("_"):
             setattr(module, name, scaled_size(value, scale))
 
 
+def use_case_sizes(module: types.ModuleType, params: dict[str, Any], derived: Any) -> None:
+    """The problem's module constants as the case gives them: the case's params are its sizes,
+    so two cases of one problem can have different ones. Then the assignments computed from
+    them run again (`derived`), so `bias_shape = (out_channels, 1, 1)` follows."""
+    for name, value in params.items():
+        current = getattr(module, name, None)
+        if type(current) is int and type(value) is int:
+            setattr(module, name, value)
+        elif isinstance(current, tuple | list) and isinstance(value, list):
+            setattr(module, name, type(current)(value))
+    if derived is not None:
+        exec(derived, module.__dict__)  # noqa: S102 (sandboxed child)
+
+
+def derived_assignments(source: str) -> Any:
+    """The problem's module-level assignments computed from its literal sizes (the importer's
+    params), directly or through another such assignment, compiled to run again once the
+    sizes are a case's; None when there are none. One computed from numbers alone
+    (`M = 256 * 8`) was scaled with the rest and is not run again."""
+    sizes: set[str] = set()
+    statements: list[ast.stmt] = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        targets = assigned_names(node)
+        if is_literal_size(node.value):
+            sizes |= targets
+        elif read_names(node.value) & sizes:
+            statements.append(node)
+            sizes |= targets
+    if not statements:
+        return None
+    return compile(ast.Module(body=statements, type_ignores=[]), "<problem>", "exec")
+
+
+def assigned_names(node: ast.Assign | ast.AnnAssign) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def read_names(node: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def is_literal_size(node: ast.expr) -> bool:
+    if isinstance(node, ast.Tuple):
+        return all(is_literal_size(item) for item in node.elts)
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
 def load_kernelbench(source: dict[str, Any]) -> Reference:
-    module = exec_module("problem", source["problem"])
+    with OnTheCpu():
+        module = exec_module("problem", source["problem"])
     scale_size_constants(module, float(source.get("scale", 1.0)))
+    derived = derived_assignments(source["problem"])
+
+    @built_once_per_case
+    def model(params: dict[str, Any]) -> torch.nn.Module:
+        use_case_sizes(module, params, derived)
+        torch.manual_seed(0)  # parameters of nn layers are the same on every run
+        with OnTheCpu():
+            built: torch.nn.Module = module.Model(*module.get_init_inputs()).eval()
+        return built.float() if has_halves(built) else built
 
     def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
+        use_case_sizes(module, params, derived)
         torch.manual_seed(int(generator.initial_seed()))
-        return list(module.get_inputs())
+        with OnTheCpu():
+            inputs = upcast_halves(list(module.get_inputs()))
+        return [*inputs, *state_of(model(params))]
 
     def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
-        torch.manual_seed(0)  # parameters of nn layers are the same on every run
-        model = module.Model(*module.get_init_inputs()).eval()
-        with torch.no_grad():
-            return _as_list(model(*inputs))
+        with torch.no_grad(), OnTheCpu():
+            return upcast_halves(as_list(called_with_state(model(params), inputs)))
 
-    return Reference(make_inputs, compute)
+    return with_flat_inputs(Reference(make_inputs, compute, model=lambda p: StateAsInputs(
+        model(p))))  # fmt: skip
+
+
+# --- a model's parameters and buffers: inputs of the kernel ----------------------------------
+#
+# A kernel gets nothing but its inputs, so the model's state (nn.Linear's weight, BatchNorm's
+# running mean) comes after the problem's own inputs, in state_dict order: a kernel cannot
+# know it otherwise, and a derived case with fewer channels has weights of another shape.
+# The reference computes with the tensors it is given (torch.func.functional_call).
+
+
+def built_once_per_case(
+    build: Callable[[dict[str, Any]], torch.nn.Module],
+) -> Callable[[dict[str, Any]], torch.nn.Module]:
+    """`build`, each case's model built once: PyTorch eager's time is its forward alone, not
+    the construction and random initialisation of its layers."""
+    built: dict[str, torch.nn.Module] = {}
+
+    def model(params: dict[str, Any]) -> torch.nn.Module:
+        key = json.dumps(params, sort_keys=True, default=str)
+        if key not in built:
+            built[key] = build(params)
+        return built[key]
+
+    return model
+
+
+def state_items(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*model.named_parameters(), *model.named_buffers()]
+
+
+def state_of(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Copies: a kernel that writes to one changes no model."""
+    return [tensor.detach().clone() for _, tensor in state_items(model)]
+
+
+def called_with_state(model: torch.nn.Module, inputs: list[Any]) -> Any:
+    """The model's forward on the inputs before its state, with the state given after them."""
+    names = [name for name, _ in state_items(model)]
+    own = inputs[: len(inputs) - len(names)]
+    state = dict(zip(names, inputs[len(own) :], strict=True))
+    return torch.func.functional_call(model, state, tuple(own))
+
+
+class StateAsInputs(torch.nn.Module):
+    """The model taking its state as inputs after its own, as a kernel does: what the
+    lowering traces (the weights then come from the kernel's inputs, not its source)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Any) -> Any:
+        return called_with_state(self.model, list(inputs))
+
+
+class OnTheCpu(torch.overrides.TorchFunctionMode):
+    """A KernelBench problem written for a GPU (`device="cuda"`, `.cuda()`, `.to("cuda")`)
+    runs on the CPU, where the reference runs; its half-precision tensors are widened to
+    float32 (upcast_halves), what a cpu-c kernel takes."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.to:
+            args = tuple("cpu" if is_cuda(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def is_cuda(value: Any) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    return isinstance(value, str) and value.split(":")[0] == "cuda"
+
+
+def has_halves(model: torch.nn.Module) -> bool:
+    tensors = [*model.parameters(), *model.buffers()]
+    return any(t.dtype in HALF_DTYPES for t in tensors)
+
+
+RUN_AS = "run_as"  # a case's param, set by the importer: the row runs in float32 (see suite_row)
+HALF_NAMES = {"float16": "float32", "bfloat16": "float32", "half": "float32"}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class SuiteRow(dict[str, Any]):
+    """A test_cases.csv row as NPUKernelBench's runner hands it to get_inputs, get_init_inputs
+    and custom_check_precision: a pandas Series read with sep=';'. `row.get(...)`, `row[...]`
+    and `row.column` as with a Series; numbers are int or float, True/False bool, an empty cell
+    NaN, and everything else (`[128, 256]` too) the cell's text."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def suite_row(params: dict[str, Any]) -> SuiteRow:
+    """The case's params as the suite's row. An empty cell is stored as null (JSON has no NaN).
+    A row run as float32 names float32 where it names float16 or bfloat16, so the inputs, the
+    model and the problem's own tolerances are all float32's."""
+    as_float32 = RUN_AS in params
+    row = SuiteRow()
+    for name, value in params.items():
+        if name == RUN_AS:
+            continue
+        if value is None:
+            value = float("nan")
+        elif as_float32 and isinstance(value, str):
+            value = _float32_named(value)
+        row[name] = value
+    return row
+
+
+def _float32_named(cell: str) -> str:
+    prefix = "torch." if cell.startswith("torch.") else ""
+    name = cell.removeprefix(prefix)
+    return prefix + HALF_NAMES[name] if name in HALF_NAMES else cell
+
+
+def upcast_halves(values: list[Any]) -> list[Any]:
+    """float16 and bfloat16 tensors a problem makes whatever the row says, as float32 (in lists
+    of tensors too)."""
+    return [upcast_half(v) for v in values]
+
+
+def upcast_half(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return type(value)(upcast_half(item) for item in value)
+    if isinstance(value, torch.Tensor) and value.dtype in HALF_DTYPES:
+        return value.float()
+    return value
+
+
+def check_precision(
+    outputs: Any, outputs_new: Any, max_abs_error: float = 1e-3, max_rel_error: float = 1e-3
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """NPUKernelBench's framework.utils.check_precision: 1 when every element of every output
+    is within max_abs_error or within max_rel_error of |expected| (the suite's rule), else 0;
+    with the absolute and relative differences, as the suite returns them. Unlike the suite's,
+    outputs of another shape, or NaN where the expected value is a number, fail."""
+    expected, actual = _as_tensor_list(outputs), _as_tensor_list(outputs_new)
+    accurate = len(expected) == len(actual)
+    all_abs, all_rel = [torch.zeros(0, dtype=torch.float64)], [torch.zeros(0, dtype=torch.float64)]
+    for out, out_new in zip(expected, actual, strict=False):
+        if out.shape != out_new.shape:
+            accurate = False
+            continue
+        abs_diff = (out.double() - out_new.double()).abs()
+        rel_diff = abs_diff / (out.double().abs() + 1e-7)
+        outside = (abs_diff > max_abs_error) & (rel_diff > max_rel_error)
+        unequal_nan = out_new.double().isnan() & ~out.double().isnan()
+        accurate = accurate and not bool((outside | unequal_nan).any())
+        all_abs.append(abs_diff.reshape(-1))
+        all_rel.append(rel_diff.reshape(-1))
+    return (1 if accurate else 0), torch.cat(all_abs), torch.cat(all_rel)
+
+
+def _as_tensor_list(values: Any) -> list[torch.Tensor]:
+    values = list(values) if isinstance(values, list | tuple) else [values]
+    return [v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for v in values]
+
+
+def install_suite_framework() -> None:
+    """`from framework.utils import check_precision`, as the suite's own checkers do; the rest
+    of `framework` is stubbed like the other modules that exist only on the suite's hosts."""
+    framework = _stub_module("framework")
+    utils = types.ModuleType("framework.utils")
+    utils.check_precision = check_precision  # type: ignore[attr-defined]
+    framework.utils = utils  # type: ignore[attr-defined]
+    sys.modules["framework"], sys.modules["framework.utils"] = framework, utils
+
+
+def check_passed(result: Any) -> bool:
+    """What a custom_check_precision answered: a bool, 0/1, or the suite's (passed, abs
+    differences, relative differences)."""
+    if isinstance(result, tuple | list):
+        result = result[0] if result else False
+    if isinstance(result, torch.Tensor):
+        return bool(result.all())
+    return bool(result)
 
 
 def load_npukernelbench(source: dict[str, str]) -> Reference:
+    install_suite_framework()
     module = exec_module("module", source["module"], tolerant=True)
     prepare = exec_module("prepare_inputs", source["prepare_inputs"], tolerant=True)
 
-    def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
-        torch.manual_seed(int(generator.initial_seed()))
-        return list(prepare.get_inputs(params, device=None))
-
-    def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+    @built_once_per_case
+    def model(params: dict[str, Any]) -> torch.nn.Module:
         torch.manual_seed(0)
         init = (
-            prepare.get_init_inputs(params, device=None)
+            prepare.get_init_inputs(suite_row(params), device=None)
             if hasattr(prepare, "get_init_inputs")
             else []
         )
-        model = module.Model(*(init or [])).eval()
-        with torch.no_grad():
-            return _as_list(model(*inputs))
+        built: torch.nn.Module = module.Model(*(init or [])).eval()
+        return built.float() if RUN_AS in params and has_halves(built) else built
 
-    return Reference(make_inputs, compute, getattr(prepare, "custom_check_precision", None))
+    def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
+        torch.manual_seed(int(generator.initial_seed()))
+        inputs = list(prepare.get_inputs(suite_row(params), device=None))
+        return [*(upcast_halves(inputs) if RUN_AS in params else inputs),
+                *state_of(model(params))]  # fmt: skip
+
+    def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
+        with torch.no_grad():
+            outputs = as_list(called_with_state(model(params), inputs))
+        return upcast_halves(outputs) if RUN_AS in params else outputs
+
+    custom = getattr(prepare, "custom_check_precision", None)
+
+    def check(params: dict[str, Any], expected: list[Any], actual: list[Any]) -> bool:
+        assert custom is not None
+        return check_passed(custom(suite_row(params), expected, actual))
+
+    return with_flat_inputs(Reference(make_inputs, compute, check if custom is not None else None,
+                                      model=lambda p: StateAsInputs(model(p))))  # fmt: skip
 
 
 LOADERS = {
@@ -156,7 +502,7 @@ LOADERS = {
 }
 
 
-def _as_list(result: Any) -> list[Any]:
+def as_list(result: Any) -> list[Any]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
@@ -189,8 +535,9 @@ def run_kernel(
     kernel: Any, inputs: list[torch.Tensor], expected: list[torch.Tensor], attributes: list[float]
 ) -> list[torch.Tensor]:
     inputs = [t.contiguous() for t in inputs]
-    outputs = [torch.full_like(e, float("nan")) if e.is_floating_point() else torch.zeros_like(e)
-               for e in expected]  # fmt: skip
+    # Contiguous, as the ABI promises, even where the reference returned a view (a transpose).
+    outputs = [torch.full(e.shape, float("nan"), dtype=e.dtype) if e.is_floating_point()
+               else torch.zeros(e.shape, dtype=e.dtype) for e in expected]  # fmt: skip
     # The shape and stride arrays (second items) must stay alive until the call returns.
     in_array, _in_arrays = as_kope_tensors(inputs)
     out_array, _out_arrays = as_kope_tensors(outputs)
@@ -252,7 +599,7 @@ def run_case(
     inputs = reference.make_inputs(case["params"], generator)
     snapshot = [t.clone() for t in tensors(inputs)]
     given = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
-    expected = _as_list(reference.compute(given, case["params"]))
+    expected = as_list(reference.compute(given, case["params"]))
     result: dict[str, Any] = {
         "case_id": case["case_id"],
         "inputs": [describe(v, scalar_ok=True) for v in inputs],
@@ -300,6 +647,20 @@ def load_kernel(path: str | None) -> Any:
     return kernel
 
 
+def lowered(reference: Reference, case: dict[str, Any]) -> dict[str, Any]:
+    """The reference's model, built and given inputs as for `case`, lowered to a naive C
+    kernel: {"source": ...}, or {"error": ...} naming what stopped it."""
+    from apps.operators.lowering import LoweringError, lower_module
+
+    if reference.model is None:
+        return {"error": "the reference is no Model to lower (a KOPE reference function)"}
+    inputs = reference.make_inputs(case["params"], torch.Generator().manual_seed(0))
+    try:
+        return {"source": lower_module(reference.model(case["params"]), inputs)}
+    except LoweringError as error:
+        return {"error": str(error)}
+
+
 def serve(request: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(int(request.get("threads", 1)))
     reference = LOADERS[request["kind"]](request["source"])
@@ -308,6 +669,8 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
         return {"runs": [generate_safely(reference, run, request) for run in request["runs"]]}
     if mode == "check":
         return {"checks": [custom_check(reference, item) for item in request["checks"]]}
+    if mode == "lower":
+        return lowered(reference, request["cases"][0])
     kernel = load_kernel(request.get("kernel_so"))
     answers = []
     for index, case in enumerate(request["cases"]):
@@ -365,7 +728,7 @@ def generate(reference: Reference, run: dict[str, Any], request: dict[str, Any])
     generator = torch.Generator().manual_seed(int(run["seed"]))
     inputs = reference.make_inputs(run["params"], generator)
     given = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
-    expected = _as_list(reference.compute(given, run["params"]))
+    expected = as_list(reference.compute(given, run["params"]))
     stem = run["run_id"]
     written_inputs = [write_tensor(t, Path(request["input_dir"]) / f"{stem}.in{i}")
                       for i, t in enumerate(tensors(inputs))]  # fmt: skip
@@ -429,6 +792,7 @@ def main() -> None:
         serve_orders()
         return
     request = json.load(sys.stdin)
+    forbid_what_a_reference_never_needs()
     # Whatever the reference or a kernel prints (Python or C) goes to stderr: stdout carries
     # only the answer.
     answer_fd = os.dup(1)
@@ -439,6 +803,13 @@ def main() -> None:
         json.dump(answer, out)
 
 
+def forbid_what_a_reference_never_needs() -> None:
+    """The reference step's own filter, once Python and PyTorch are loaded: no program."""
+    own_filter = policies.POLICIES[Step.REFERENCE].own_filter
+    assert own_filter is not None
+    seccomp.install(own_filter)
+
+
 # --- kept warm: a forked child per order ---------------------------------------------------
 
 
@@ -447,6 +818,7 @@ def serve_orders() -> None:
     # Ctrl-C is meant for the process that started this one; it ends when that one closes
     # stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sandbox_ids()  # looked up once, before any fork: the children cannot read /etc then
     for line in sys.stdin:
         sys.stdout.write(json.dumps(serve_forked(json.loads(line))) + "\n")
         sys.stdout.flush()
@@ -482,18 +854,18 @@ def kill_group(pid: int) -> None:
 
 
 def serve_in_child(order: dict[str, Any], runner: int) -> NoReturn:
-    """As a fresh runner would: its own session, the limits, ended with the runner, the work
-    folder as its current one, its output in the order's stderr file, the answer in the
-    order's answer file."""
+    """As a fresh runner would: its own session, its output in the order's stderr file, then
+    confined by the reference step's policy (ended with the runner, its work dir as its
+    current folder), the answer in the order's answer file there."""
     code = 1
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        apply_limits(int(order["memory_mb"]), int(order["cpu_s"]))
-        die_with_parent(runner)
-        os.chdir(order["workdir"])
+        workdir = Path(order["workdir"])
+        output_to(str(workdir / order["stderr_file"]))
+        policies.confine_forked(Step.REFERENCE, workdir, Limits(**order["limits"]), parent=runner)
         os.environ["OMP_NUM_THREADS"] = str(int(order["request"].get("threads", 1)))
-        output_to(order["stderr_file"])
+        os.environ["TMPDIR"] = str(workdir)
         answer = answer_to(order["request"])
         Path(order["answer_file"]).write_text(json.dumps(answer))
         code = 0

@@ -3,10 +3,12 @@ request at a time in a child it forks for it.
 
 A fresh runner spent about 1.3 s importing PyTorch before every request (`manage.py bench
 reference` measures what that costs an evaluation), and that time counted against the
-reference's limit. A child forked from a warm runner starts at once, in a session of its own
-and under the same limits; its time limit starts with it. A runner that died (killed, out of
-memory) is replaced and the request sent once more: a request only writes files that it
-writes again.
+reference's limit. A child forked from a warm runner starts at once, in a session of its own,
+confined by the reference step's policy (apps/sandbox/policies.py) as a fresh one is; its
+time limit starts with it. The runner runs an interpreter the sandbox user can read
+(apps/sandbox/interpreter.py), with nothing of the worker's environment. A runner that died
+(killed, out of memory) is replaced and the request sent once more: a request only writes
+files that it writes again.
 """
 
 from __future__ import annotations
@@ -16,17 +18,32 @@ import json
 import os
 import select
 import subprocess
-import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import IO, Any
 
-from apps.operators.childlimits import ROOT, clean_env
+from apps.sandbox.interpreter import sandbox_python
 
 REPLY_MARGIN_S = 30  # beyond the request's own limit: the runner's start and the child's exit
 MAX_IDLE = 2  # runners kept between requests, each with PyTorch in memory (about 230 MB)
 SUPPORTED = hasattr(os, "pidfd_open")  # how a runner waits for its child: Linux 5.3 and later
-RUNNER_ENV = clean_env(threads=1)  # each child sets its request's thread count
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference_env(threads: int) -> dict[str, str]:
+    """What a reference process gets beside the sandbox's base environment."""
+    return {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sandbox_python()[1]]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": str(threads),
+    }
+
+
+def runner_env() -> dict[str, str]:
+    """The warm runner's: each child it forks sets its request's thread count and TMPDIR."""
+    return {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C", "LC_ALL": "C",
+            **reference_env(threads=1)}  # fmt: skip
 
 
 class RunnerGone(RuntimeError):
@@ -41,9 +58,9 @@ class WarmRunner:
         # What the runner itself says (an import that failed), kept for its last words.
         self.errors: IO[bytes] = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 (close())
         self.process = subprocess.Popen(
-            [sys.executable, "-s", "-m", "apps.operators.refrun", "--warm"],
+            [sandbox_python()[0], "-s", "-m", "apps.operators.refrun", "--warm"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-            cwd=ROOT, env=RUNNER_ENV, bufsize=0,
+            cwd=ROOT, env=runner_env(), bufsize=0,
         )  # fmt: skip
 
     def serve(self, order: dict[str, Any]) -> dict[str, Any]:

@@ -64,6 +64,9 @@ def evaluate(operator: OperatorUnderTest, name: str, options: EvalSettings) -> d
     return evaluate_candidate(operator, source, options)
 
 
+OWN_SYSTEM_CALLS = "makes system calls of its own"
+
+
 def cases(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     return list(verdict["correct"]["cases"])
 
@@ -190,8 +193,12 @@ def test_unbounded_allocation_hits_the_memory_limit(gemm: OperatorUnderTest, set
     assert "SIGSEGV" in verdict["reason"] and "in run c0s0" in verdict["reason"]
 
 
-def test_a_flood_on_stdout_ends_in_a_verdict(gemm: OperatorUnderTest) -> None:
+def test_a_flood_on_stdout_ends_in_a_verdict(
+    gemm: OperatorUnderTest, past_the_scan: list[str]
+) -> None:
     verdict = evaluate(gemm, "floods_stdout", CORRECTNESS_ONLY)
+
+    assert past_the_scan  # the static scan rejects it first; this is the layer behind
 
     # 8 MiB a call: RLIMIT_FSIZE on the progress log stops it after a few calls. Python ignores
     # SIGXFSZ, so the harness dies of its own failed write to stdout (status 120).
@@ -200,8 +207,12 @@ def test_a_flood_on_stdout_ends_in_a_verdict(gemm: OperatorUnderTest) -> None:
     assert len(verdict["reason"]) < 1000
 
 
-def test_a_garbled_result_line_is_a_crash_not_an_exception(gemm: OperatorUnderTest) -> None:
+def test_a_garbled_result_line_is_a_crash_not_an_exception(
+    gemm: OperatorUnderTest, past_the_scan: list[str]
+) -> None:
     verdict = evaluate(gemm, "garbles_result", CORRECTNESS_ONLY)
+
+    assert past_the_scan
 
     assert verdict["status"] == "crashed"
 
@@ -263,12 +274,25 @@ def processes_in_sessions(sessions: list[int]) -> list[int]:
     return found
 
 
-def test_a_fork_by_inline_syscall_is_refused_by_seccomp(
-    gemm: OperatorUnderTest, harness_sessions: list[int]
+def test_a_system_call_instruction_of_its_own_is_rejected_with_the_reason(
+    gemm: OperatorUnderTest,
 ) -> None:
     verdict = evaluate(gemm, "asm_fork", CORRECTNESS_ONLY)
 
-    assert verdict["compiled"]["ok"]  # the symbol check saw nothing to object to
+    assert verdict["compiled"]["ok"] and verdict["correct"] is None  # never ran
+    assert verdict["status"] == "rejected"
+    assert verdict["reason"].startswith(
+        f"{OWN_SYSTEM_CALLS}, which a kernel may not: syscall at 0x"
+    )
+    assert "in kope_kernel" in verdict["reason"]
+
+
+def test_a_fork_by_inline_syscall_is_refused_by_seccomp(
+    gemm: OperatorUnderTest, harness_sessions: list[int], past_the_scan: list[str]
+) -> None:
+    verdict = evaluate(gemm, "asm_fork", CORRECTNESS_ONLY)
+
+    assert past_the_scan and verdict["compiled"]["ok"]
     assert verdict["status"] == "incorrect"
     eperm = 1
     assert {c["error"] for c in cases(verdict)} == {f"kope_kernel returned {100 + eperm}"}
@@ -316,25 +340,32 @@ def test_a_faster_correct_kernel_times_faster_than_the_naive_one(gemm: OperatorU
     assert faster["timed"]["vs_baseline"] > 2
 
 
-def test_a_kernel_remembering_answers_by_input_address_fails_the_last_timed_call(
+def test_a_kernel_remembering_answers_by_input_address_is_incorrect(
     gemm: OperatorUnderTest,
 ) -> None:
     memo = evaluate_beside_naive(gemm, "memo_by_pointer")
 
-    assert memo["status"] == "correct", memo["reason"]  # each correctness run has its own buffers
-    assert memo["timed"]["ok"] is False  # the loop judges such a verdict incorrect
-    assert "results cached between calls" in memo["timed"]["reason"]
-    assert "wrong output on a timed call" in memo["flags"]
+    # Each correctness run has its own buffers; the timed calls share theirs.
+    assert memo["status"] == "incorrect", memo["reason"]
+    assert memo["correct"]["ok"] is False and memo["timed"]["ok"] is False
+    assert "speedup" in memo["timed"]  # measured, but no verdict gives it
+    wrong = memo["timed"]["wrong_calls"]
+    assert any(call.startswith("timed call ") for call in wrong), wrong
+    assert f"the last timed call of case {memo['timed']['case_id']}" in wrong
+    named = [c["error"] for c in memo["correct"]["cases"] if not c["passed"]]
+    assert named == [f"wrong output on {call}" for call in wrong]
+    assert "remembered between calls" in memo["reason"]
 
 
-def test_a_kernel_keeping_the_answer_left_in_its_output_fails_the_last_timed_call(
+def test_a_kernel_keeping_the_answer_left_in_its_output_is_incorrect(
     gemm: OperatorUnderTest,
 ) -> None:
     keeper = evaluate(gemm, "keeps_remembered_output", TIMED)
 
-    assert keeper["status"] == "correct", keeper["reason"]
+    assert keeper["status"] == "incorrect", keeper["reason"]
     assert keeper["timed"]["ok"] is False
-    assert "wrong output on a timed call" in keeper["flags"]
+    last_call = f"the last timed call of case {keeper['timed']['case_id']}"
+    assert last_call in keeper["timed"]["wrong_calls"]
 
 
 def test_a_kernel_remembering_answers_by_input_contents_is_timed_doing_the_work(
@@ -358,8 +389,12 @@ def evaluate_beside_naive(gemm: OperatorUnderTest, name: str) -> dict[str, Any]:
     return evaluate_candidate(gemm, kernel(name), TIMED, baseline_source=NAIVE_GEMM.read_text())
 
 
-def test_a_kernel_cannot_forge_its_own_timing(gemm: OperatorUnderTest) -> None:
+def test_a_kernel_cannot_forge_its_own_timing(
+    gemm: OperatorUnderTest, past_the_scan: list[str]
+) -> None:
     forger = evaluate(gemm, "forges_timing", TIMED)
+
+    assert past_the_scan
 
     assert forger["status"] == "correct"  # it is the naive kernel; only its timing is a lie
     assert forger["timed"]["ok"] is False and "speedup" not in forger["timed"]
@@ -367,8 +402,12 @@ def test_a_kernel_cannot_forge_its_own_timing(gemm: OperatorUnderTest) -> None:
     assert any(f.startswith("timing refused") for f in forger["flags"])
 
 
-def test_a_kernel_cannot_answer_the_judges_timing_orders(gemm: OperatorUnderTest) -> None:
+def test_a_kernel_cannot_answer_the_judges_timing_orders(
+    gemm: OperatorUnderTest, past_the_scan: list[str]
+) -> None:
     forger = evaluate(gemm, "forges_timing_reply", TIMED)
+
+    assert past_the_scan
 
     assert forger["status"] == "correct"
     assert forger["timed"]["ok"] is False

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from io import StringIO
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: No
                    "the evaluation to start")  # fmt: skip
     finally:
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
+        stdout, stderr = communicate_or_show_stacks(process, timeout_s=120)
 
     evaluation = Evaluation.objects.get()
     assert (evaluation.status, evaluation.error) == ("failed", "stopped by Ctrl-C"), stderr
@@ -131,6 +132,20 @@ def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: No
     reason = f"evaluation {evaluation.pk} stopped by Ctrl-C; nothing was judged"
     assert stderr.strip().splitlines()[-1] == f"CommandError: {reason}"
     assert "Traceback" not in stderr
+
+
+def communicate_or_show_stacks(
+    process: subprocess.Popen[str], *, timeout_s: float
+) -> tuple[str, str]:
+    """Its output; a command still running then fails the test with where it was stuck."""
+    try:
+        return process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)  # manage.py prints every thread's stack
+        time.sleep(2)
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"still running {timeout_s:g} s after Ctrl-C:\n{stderr[-6000:]}")
 
 
 def test_ctrl_c_during_a_query_still_ends_the_evaluation_failed(transactional_db: None) -> None:

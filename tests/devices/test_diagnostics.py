@@ -1,34 +1,42 @@
 """The plain-C diagnostics of cpu-c kernels: the case file and driver, the cachegrind profile
 with its Chrome trace, and the AddressSanitizer + UBSan run with KOPE_DUMP buffer dumps.
 
-Every test compiles small real kernels with gcc; the profiles run tiny cases under valgrind.
+Every test compiles small real kernels with gcc, confined as in production; the profiles run
+tiny cases under valgrind. Each diagnostic makes its work dir under a folder of the test's own
+(`parent`), the sandbox user's while it runs and removed afterwards.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from apps.devices.cpu_c import diagnostics
 from apps.devices.cpu_c.casefile import read_outputs, write_case_file
 from apps.devices.cpu_c.diagnostics import (
-    PROFILE_FLAGS,
     DiagnosticError,
+    Folder,
     build_driver,
     chrome_trace,
     debug_kernel,
     parse_cachegrind,
+    profile_flags,
     profile_kernel,
 )
+from apps.devices.cpu_c.gcc import BASE_FLAGS
+from apps.sandbox.jail import Limits
+from apps.sandbox.policies import Finished, Step, hand_over
 
-HEADER_DIR = Path(__file__).resolve().parents[2] / "apps" / "devices" / "cpu_c"
 BUILTIN = Path(__file__).resolve().parents[2] / "apps" / "operators" / "builtin"
 SIGNATURE = """#include <string.h>
 #include "kope_kernel.h"
@@ -48,9 +56,28 @@ def line_of(source: str, marker: str) -> int:
     return numbers[0]
 
 
-def build_plain_driver(source: str, workdir: Path) -> Path:
-    workdir.mkdir(exist_ok=True)
-    return build_driver(source, workdir, HEADER_DIR, PROFILE_FLAGS, timeout_s=60)
+@pytest.fixture
+def parent() -> Iterator[Path]:
+    """Where the diagnostics make their work dirs. Not tmp_path: pytest's base temp dir is
+    0700 and root's, so the sandbox user (a root worker's confined steps) could not enter it."""
+    path = Path(tempfile.mkdtemp(prefix="kope-diagnostics-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def build_plain_driver(parent: Path) -> Callable[[str], Path]:
+    """The kernel and driver.c built by the confined gcc, as the profile builds them, into a
+    folder of the sandbox user's; the test runs the binary itself, unconfined."""
+
+    def build(source: str) -> Path:
+        folder = Path(tempfile.mkdtemp(prefix="plain-", dir=parent))
+        hand_over(folder)
+        driver = build_driver(source, folder, profile_flags(BASE_FLAGS), timeout_s=60)
+        return folder / driver
+
+    return build
 
 
 def run_driver(binary: Path, case: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -96,7 +123,7 @@ needs_valgrind = pytest.mark.skipif(
 
 
 def test_a_copy_kernel_gives_every_dtype_and_shape_back_through_the_driver(
-    tmp_path: Path,
+    tmp_path: Path, build_plain_driver: Callable[[str], Path]
 ) -> None:
     rng = np.random.default_rng(1)
     inputs: list[np.ndarray] = [
@@ -112,7 +139,7 @@ def test_a_copy_kernel_gives_every_dtype_and_shape_back_through_the_driver(
     case, out = tmp_path / "copy.case", tmp_path / "copy.out"
     write_case_file(case, inputs, outputs, [1.5, -2.0])
 
-    result = run_driver(build_plain_driver(COPY_KERNEL, tmp_path / "build"), case, out)
+    result = run_driver(build_plain_driver(COPY_KERNEL), case, out)
 
     assert result.returncode == 0, result.stderr
     got = read_outputs(out, outputs)
@@ -121,12 +148,14 @@ def test_a_copy_kernel_gives_every_dtype_and_shape_back_through_the_driver(
         np.testing.assert_array_equal(back, given)
 
 
-def test_outputs_start_as_nan_for_floats_and_zero_otherwise(tmp_path: Path) -> None:
+def test_outputs_start_as_nan_for_floats_and_zero_otherwise(
+    tmp_path: Path, build_plain_driver: Callable[[str], Path]
+) -> None:
     outputs = [("float32", [2, 3]), ("float64", [4]), ("int32", [3]), ("bool", [2])]
     case, out = tmp_path / "nothing.case", tmp_path / "nothing.out"
     write_case_file(case, [], outputs, [])
 
-    result = run_driver(build_plain_driver(kernel("    return 0;\n"), tmp_path), case, out)
+    result = run_driver(build_plain_driver(kernel("    return 0;\n")), case, out)
 
     assert result.returncode == 0, result.stderr
     f32, f64, i32, flags = read_outputs(out, outputs)
@@ -135,9 +164,9 @@ def test_outputs_start_as_nan_for_floats_and_zero_otherwise(tmp_path: Path) -> N
 
 
 def test_the_driver_exits_2_on_a_bad_case_file_and_with_the_kernel_status(
-    tmp_path: Path,
+    tmp_path: Path, build_plain_driver: Callable[[str], Path]
 ) -> None:
-    binary = build_plain_driver(kernel("    return n_attrs == 1 ? 5 : 0;\n"), tmp_path)
+    binary = build_plain_driver(kernel("    return n_attrs == 1 ? 5 : 0;\n"))
     case, out = tmp_path / "good.case", tmp_path / "out"
     write_case_file(case, [np.zeros(4, np.float32)], [("float32", [4])], [0.0])
     whole = case.read_bytes()
@@ -179,14 +208,13 @@ def gemm_case(tmp_path: Path, m: int, k: int, n: int) -> Path:
 
 
 @needs_valgrind
-def test_profile_of_naive_gemm_puts_the_cost_in_the_innermost_loop(tmp_path: Path) -> None:
+def test_profile_of_naive_gemm_puts_the_cost_in_the_innermost_loop(
+    tmp_path: Path, parent: Path
+) -> None:
     m, k, n = 8, 12, 10
     source = (BUILTIN / "gemm" / "naive.c").read_text()
-    (tmp_path / "work").mkdir()
 
-    profile = profile_kernel(
-        source, gemm_case(tmp_path, m, k, n), tmp_path / "work", header_dir=HEADER_DIR
-    )
+    profile = profile_kernel(source, gemm_case(tmp_path, m, k, n), parent=parent)
 
     assert profile["tool"] == "cachegrind" and profile["events"][0] == "Ir"
     assert profile["totals"]["Ir"] > 0
@@ -207,6 +235,7 @@ def test_profile_of_naive_gemm_puts_the_cost_in_the_innermost_loop(tmp_path: Pat
     derived = profile["derived"]
     assert 0 <= derived["d1_miss_rate"] <= 1 and 0 <= derived["ll_miss_rate"] <= 1
     assert derived["kernel_instructions"] == kernel_row["Ir"]
+    assert list(parent.iterdir()) == []  # the work dir is gone
 
     trace = chrome_trace(profile, [1.5, 2.0, 0.5], name="gemm")
     document = json.loads(json.dumps(trace, allow_nan=False))
@@ -217,57 +246,81 @@ def test_profile_of_naive_gemm_puts_the_cost_in_the_innermost_loop(tmp_path: Pat
     assert counters[0]["name"] == "cachegrind kope_kernel"
     assert counters[0]["args"]["Ir"] == kernel_row["Ir"]
     assert document["displayTimeUnit"] == "ms"
+    assert document["otherData"]["build"] == profile["build"]
 
 
 @needs_valgrind
-def test_profile_repeats_multiply_the_kernel_cost(tmp_path: Path) -> None:
+def test_the_profile_says_how_its_build_differs_from_the_timed_one(
+    tmp_path: Path, parent: Path
+) -> None:
+    source = (BUILTIN / "gemm" / "naive.c").read_text()
+    timed = [*BASE_FLAGS, "-mavx512f", "-funroll-loops"]
+
+    profile = profile_kernel(source, gemm_case(tmp_path, 2, 3, 4), timed_flags=timed, parent=parent)
+
+    build = profile["build"]
+    assert build["timed_flags"] == timed
+    # valgrind cannot run AVX-512 (nor -march=native on such a machine); the rest is kept
+    assert build["flags"] == ["-std=c11", "-O3", "-fopenmp", "-funroll-loops",
+                              "-march=x86-64-v3", "-g"]  # fmt: skip
+    assert build["differs"] == (
+        "as timed, without -march=native -mavx512f, "
+        "with -march=x86-64-v3 (valgrind cannot run AVX-512), -g, 1 thread"
+    )
+    assert build["compiler"].startswith("gcc")
+    assert profile["run"] == {"repeats": 1, "omp_num_threads": 1, "wall_s": None}
+
+
+@needs_valgrind
+def test_profile_repeats_multiply_the_kernel_cost(tmp_path: Path, parent: Path) -> None:
     source = (BUILTIN / "gemm" / "naive.c").read_text()
     case = gemm_case(tmp_path, 4, 5, 6)
-    (tmp_path / "once").mkdir()
-    (tmp_path / "thrice").mkdir()
 
-    once = profile_kernel(source, case, tmp_path / "once", header_dir=HEADER_DIR)
-    thrice = profile_kernel(source, case, tmp_path / "thrice", header_dir=HEADER_DIR, repeats=3)
+    once = profile_kernel(source, case, parent=parent)
+    thrice = profile_kernel(source, case, parent=parent, repeats=3)
 
     assert thrice["functions"][0]["Ir"] == 3 * once["functions"][0]["Ir"]
     assert thrice["run"]["repeats"] == 3
 
 
 @needs_valgrind
-def test_profile_reports_a_crash_and_a_timeout_as_diagnostic_errors(tmp_path: Path) -> None:
+def test_profile_reports_a_crash_and_a_timeout_as_diagnostic_errors(
+    tmp_path: Path, parent: Path
+) -> None:
     case, _ = softmax_case(tmp_path)
     # Through an address read at run time (17, never mapped): a constant NULL store would be
     # turned into a trap instruction by gcc.
     crash = kernel("    *(volatile int *)outputs[0].strides[0] = 1;\n    return 0;\n")
-    # Forks first, so only killing the whole process group leaves nothing behind.
+    # Tries to fork first: the profile step's filter refuses that, and anything it did start
+    # would be in the driver's process group, which is killed as one.
     spin = "int fork(void);\n" + kernel(
         "    fork();\n    volatile unsigned spins = 0;\n    for (;;) ++spins;\n"
     )
-    (tmp_path / "crash").mkdir()
-    (tmp_path / "spin").mkdir()
 
     with pytest.raises(DiagnosticError, match="SIGSEGV"):
-        profile_kernel(crash, case, tmp_path / "crash", header_dir=HEADER_DIR)
+        profile_kernel(crash, case, parent=parent)
     with pytest.raises(DiagnosticError, match=r"timed out after 1\.5 s"):
-        profile_kernel(spin, case, tmp_path / "spin", header_dir=HEADER_DIR, timeout_s=1.5)
+        profile_kernel(spin, case, parent=parent, timeout_s=1.5)
 
-    assert not processes_gone_within(str(tmp_path / "spin"), seconds=5)
+    assert not processes_gone_within(parent, seconds=5)
+    assert list(parent.iterdir()) == []
 
 
-def processes_gone_within(text: str, *, seconds: float) -> list[str]:
-    """Processes still mentioning `text` after waiting: SIGKILLed ones take a moment to go."""
+def processes_gone_within(folder: Path, *, seconds: float) -> list[str]:
+    """Processes still working in `folder` after waiting: SIGKILLed ones take a moment to go."""
     deadline = time.monotonic() + seconds
-    while (found := processes_mentioning(text)) and time.monotonic() < deadline:
+    while (found := processes_working_in(folder)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return found
 
 
-def processes_mentioning(text: str) -> list[str]:
+def processes_working_in(folder: Path) -> list[str]:
+    """Pids whose current directory is `folder` or below it (removed or not)."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
         try:
-            if text in cmdline.read_bytes().decode(errors="replace"):
-                found.append(cmdline.parent.name)
+            if os.readlink(cwd).startswith(f"{folder}/"):
+                found.append(cwd.parent.name)
         except OSError:
             continue
     return found
@@ -292,7 +345,24 @@ def test_parse_cachegrind_pads_missing_counts_and_sums_repeated_lines() -> None:
 # --- Debug ---------------------------------------------------------------------------------
 
 
-def test_debug_finds_a_heap_overflow_one_past_an_output(tmp_path: Path) -> None:
+@pytest.fixture
+def debug_outputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Where the debug run's outputs.bin is copied before its work dir is removed: the
+    diagnostic reports on the run, not on what the kernel wrote."""
+    kept = tmp_path / "debug-outputs.bin"
+    run_confined = diagnostics.run_confined
+
+    def run_and_keep_outputs(step: Step, folder: Folder, *args: Any) -> Finished:
+        finished = run_confined(step, folder, *args)
+        if step == Step.DEBUG:
+            kept.write_bytes(folder.read("outputs.bin") or b"")
+        return finished
+
+    monkeypatch.setattr(diagnostics, "run_confined", run_and_keep_outputs)
+    return kept
+
+
+def test_debug_finds_a_heap_overflow_one_past_an_output(tmp_path: Path, parent: Path) -> None:
     case, _ = softmax_case(tmp_path)
     source = kernel("""
     float *y = (float *)outputs[0].data;
@@ -301,7 +371,7 @@ def test_debug_finds_a_heap_overflow_one_past_an_output(tmp_path: Path) -> None:
     return 0;
 """)
 
-    result = debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+    result = debug_kernel(source, case, parent=parent)
 
     assert not result["clean"] and result["exit_code"] != 0
     (report,) = result["reports"]
@@ -316,7 +386,7 @@ def test_debug_finds_a_heap_overflow_one_past_an_output(tmp_path: Path) -> None:
     }
 
 
-def test_debug_finds_signed_integer_overflow(tmp_path: Path) -> None:
+def test_debug_finds_signed_integer_overflow(tmp_path: Path, parent: Path) -> None:
     case, _ = softmax_case(tmp_path)
     source = kernel("""
     int32_t big = (int32_t)inputs[0].shape[1] * 100000000;
@@ -324,7 +394,7 @@ def test_debug_finds_signed_integer_overflow(tmp_path: Path) -> None:
     return big == 7;
 """)
 
-    result = debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+    result = debug_kernel(source, case, parent=parent)
 
     assert not result["clean"]
     (report,) = result["reports"]
@@ -334,21 +404,23 @@ def test_debug_finds_signed_integer_overflow(tmp_path: Path) -> None:
     assert report["frames"][0]["line"] == line_of(source, "overflows")
 
 
-def test_debug_of_the_naive_softmax_is_clean_and_correct(tmp_path: Path) -> None:
+def test_debug_of_the_naive_softmax_is_clean_and_correct(
+    tmp_path: Path, parent: Path, debug_outputs: Path
+) -> None:
     case, x = softmax_case(tmp_path)
     source = (BUILTIN / "softmax_rows" / "naive.c").read_text()
 
-    result = debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+    result = debug_kernel(source, case, parent=parent)
 
     assert result["clean"], result["stderr_tail"]
     assert result["exit_code"] == 0 and result["reports"] == [] and result["dumps"] == []
-    (y,) = read_outputs(tmp_path / "outputs.bin", [("float32", [3, 17])])
+    (y,) = read_outputs(debug_outputs, [("float32", [3, 17])])
     expected = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(y, expected / expected.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
 def test_debug_dumps_the_softmax_input_and_plain_builds_ignore_the_dump(
-    tmp_path: Path,
+    tmp_path: Path, parent: Path, build_plain_driver: Callable[[str], Path]
 ) -> None:
     case, x = softmax_case(tmp_path)
     naive = (BUILTIN / "softmax_rows" / "naive.c").read_text()
@@ -358,10 +430,10 @@ def test_debug_dumps_the_softmax_input_and_plain_builds_ignore_the_dump(
     )
     assert source != naive
 
-    result = debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+    result = debug_kernel(source, case, parent=parent)
     plain_dumps = tmp_path / "plain-dumps.bin"
     plain = subprocess.run(
-        [str(build_plain_driver(source, tmp_path / "plain")), str(case), str(tmp_path / "p.out")],
+        [str(build_plain_driver(source)), str(case), str(tmp_path / "p.out")],
         env={"KOPE_DUMP_FILE": str(plain_dumps)},
         timeout=30,
     )
@@ -380,14 +452,16 @@ def test_debug_dumps_the_softmax_input_and_plain_builds_ignore_the_dump(
     assert plain.returncode == 0 and not plain_dumps.exists()
 
 
-def test_a_long_dump_keeps_its_count_but_only_the_first_values(tmp_path: Path) -> None:
+def test_a_long_dump_keeps_its_count_but_only_the_first_values(
+    tmp_path: Path, parent: Path
+) -> None:
     x = np.arange(5000, dtype=np.float64)
     x[1] = np.nan
     case = tmp_path / "long.case"
     write_case_file(case, [x], [], [])
     source = kernel('    KOPE_DUMP("x", inputs[0].data, 5000, KOPE_FLOAT64);\n    return 0;\n')
 
-    result = debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+    result = debug_kernel(source, case, parent=parent)
 
     (dump,) = result["dumps"]
     assert (dump["count"], dump["stored"], len(dump["values"])) == (5000, 4096, 64)
@@ -402,23 +476,25 @@ def test_a_long_dump_keeps_its_count_but_only_the_first_values(tmp_path: Path) -
     json.dumps(result, allow_nan=False)
 
 
-def test_a_kernel_that_does_not_compile_raises_with_the_gcc_message(tmp_path: Path) -> None:
+def test_a_kernel_that_does_not_compile_raises_with_the_gcc_message(
+    tmp_path: Path, parent: Path
+) -> None:
     case, _ = softmax_case(tmp_path)
     source = kernel("    return undeclared_thing;\n")
 
     with pytest.raises(DiagnosticError) as raised:
-        debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR)
+        debug_kernel(source, case, parent=parent)
 
     assert "'undeclared_thing' undeclared" in raised.value.message
     assert f"kernel.c:{line_of(source, 'undeclared_thing')}:" in raised.value.message
 
 
-def test_debug_under_an_address_space_limit_says_asan_cannot_run(tmp_path: Path) -> None:
+def test_debug_under_an_address_space_limit_says_asan_cannot_run(
+    tmp_path: Path, parent: Path
+) -> None:
     case, _ = softmax_case(tmp_path)
     source = (BUILTIN / "softmax_rows" / "naive.c").read_text()
-
-    def limit_address_space() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    four_gb = Limits(memory_mb=4096)  # RLIMIT_AS; ASan's shadow memory needs terabytes
 
     with pytest.raises(DiagnosticError, match="RLIMIT_AS"):
-        debug_kernel(source, case, tmp_path, header_dir=HEADER_DIR, preexec_fn=limit_address_space)
+        debug_kernel(source, case, limits=four_gb, parent=parent)

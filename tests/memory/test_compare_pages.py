@@ -213,6 +213,14 @@ def test_the_same_code_under_other_flags_gets_its_own_profile(
     traces = re.findall(rf'href="/t/{team.slug}/profiles/(\d+)/trace.json"', html)
     flags = [Evaluation.objects.get(profiles__pk=pk).options["extra_flags"] for pk in traces]
     assert flags == [[], ["-funroll-loops"]]  # A's profile and B's, each of its own binary
+    # Each says what it was built with: the timed build's flags, valgrind's ISA in place of
+    # the native one.
+    built = re.findall(
+        r'class="profile-build">Built with <code>([^<]*)</code>: ([^<]*)\.</p>', html
+    )
+    assert len(built) == 2 and all("-march=x86-64-v3 -g" in f for f, _ in built)
+    assert "-funroll-loops" not in built[0][0] and "-funroll-loops" in built[1][0]
+    assert all(d.startswith("as timed, ") and "valgrind cannot run AVX-512" in d for _, d in built)
 
 
 def test_a_measure_only_one_side_has_reads_as_a_dash_on_the_other(

@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import os
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
 from apps.devices.compile_errors import CompilerMessage, errors_only, parse_compiler_output
+from apps.devices.cpu_c.gcc import (
+    ALLOWED_EXTRA_FLAGS,
+    BASE_FLAGS,
+    GccTimedOut,
+    compiler_name,
+    compiler_version,
+    gcc,
+)
+from apps.sandbox.policies import Finished, workdir
 
 HEADER_DIR = Path(__file__).resolve().parent
-BASE_FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared"]
-# Extra flags a candidate may ask for: optimisation and code generation only. Nothing that
-# links, includes, defines or passes options to the linker or assembler.
-ALLOWED_EXTRA_FLAGS = frozenset({
-    "-O2", "-O3", "-Ofast", "-funroll-loops", "-funroll-all-loops", "-ffast-math",
-    "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-ffp-contract=off",
-    "-ftree-vectorize", "-fno-tree-vectorize", "-fopenmp-simd", "-fprefetch-loop-arrays",
-    "-fomit-frame-pointer", "-fstrict-aliasing", "-fno-semantic-interposition",
-    "-mavx", "-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
-    "-mtune=native", "-mprefer-vector-width=256", "-mprefer-vector-width=512",
-})  # fmt: skip
-COMPILE_TIMEOUT_S = 120
 
 
 class CompileError(RuntimeError):
@@ -50,15 +43,6 @@ class Build:
     warnings: list[CompilerMessage] = field(default_factory=list)
 
 
-@functools.cache
-def compiler_version() -> str:
-    return subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
-
-
-def compiler_name() -> str:
-    return compiler_version().splitlines()[0]
-
-
 def checked_flags(extra: list[str] | tuple[str, ...]) -> list[str]:
     rejected = [f for f in extra if f not in ALLOWED_EXTRA_FLAGS]
     if rejected:
@@ -74,30 +58,35 @@ def cache_key(source: str, flags: list[str]) -> str:
 
 
 def compile_kernel(source: str, extra_flags: list[str] | tuple[str, ...] = ()) -> Build:
-    """The shared object for this source and flags, from the cache when it is there."""
+    """The shared object for this source and flags, from the cache when it is there. gcc runs
+    confined (apps/devices/cpu_c/gcc.py): its errors may be shown to anyone on the team."""
     flags = checked_flags(extra_flags)
     target = Path(settings.KOPE_BUILD_CACHE_DIR) / f"{cache_key(source, flags)}.so"
     if target.exists():
         return Build(target, flags, compiler_name(), cached=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kope-build-") as workdir:
-        kernel = Path(workdir) / "kernel.c"
-        kernel.write_text(source)
-        built = Path(workdir) / "kernel.so"
-        result = subprocess.run(
-            ["gcc", *flags, f"-I{HEADER_DIR}", "kernel.c", "-o", str(built), "-lm"],
-            capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=workdir,
-            env={**os.environ, "LC_ALL": "C"},  # plain quotes in messages, whatever the locale
-        )  # fmt: skip
-        messages = parse_compiler_output(result.stderr, source)
+    with workdir("kope-build-") as folder:
+        try:
+            result = gcc(folder, {"kernel.c": source}, [*flags, "-I.", "kernel.c", "-o",
+                                                         "kernel.so", "-lm"])  # fmt: skip
+        except GccTimedOut as error:
+            raise CompileError(str(error)) from None
+        messages = parse_compiler_output(result.output, source)
         if result.returncode != 0:
-            raise CompileError(result.stderr, errors_only(messages))
+            raise CompileError(result.output, errors_only(messages) or [gcc_failure(result)])
         # Move into place atomically so a concurrent reader never sees half a file.
-        partial = target.with_suffix(f".{Path(workdir).name}.partial")
-        shutil.copyfile(built, partial)
+        partial = target.with_suffix(f".{folder.name}.partial")
+        shutil.copyfile(folder / "kernel.so", partial)
         partial.replace(target)
     warnings = [m for m in messages if m.severity == "warning"]
     return Build(target, flags, compiler_name(), cached=False, warnings=warnings)
+
+
+def gcc_failure(result: Finished) -> CompilerMessage:
+    """A failure gcc did not pin to a line (killed at its memory or CPU limit, say)."""
+    ending = f"killed by signal {-result.returncode}" if result.returncode < 0 else "failed"
+    last = result.output.strip().splitlines()[-1:] or ["no message"]
+    return CompilerMessage("kernel.c", 0, 0, "error", f"gcc {ending}: {last[0][:300]}", "")
 
 
 def build_shared_object(source: str, flags: list[str] | None = None) -> Path:

@@ -2,25 +2,26 @@
 profile and an AddressSanitizer + UBSan run with buffer dumps.
 
 Both compile the kernel together with driver.c, which reads one test case written by
-casefile.write_case_file and calls kope_kernel on it. Everything is written into the given
-workdir: kernel.c, the driver binary, its outputs, logs, cachegrind.out and dumps.bin.
+casefile.write_case_file and calls kope_kernel on it. Each runs in a work dir of its own (the
+sandbox user's, removed afterwards): kernel.c, the driver binary, its outputs, cachegrind.out
+and dumps.bin. gcc, valgrind and the debug build run confined, each under its step's policy
+(apps/sandbox/policies.py): no worker environment, no network, only the files it needs; what
+they leave is read back through a descriptor taken before they ran, never through a link.
 
-No Django here: this runs in worker helpers and sandboxed children.
+No Django here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import re
+import shutil
 import signal
 import statistics
 import struct
-import subprocess
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,25 @@ from typing import Any
 import numpy as np
 
 from apps.devices.cpu_c.casefile import DTYPE_NAMES
+from apps.devices.cpu_c.gcc import BASE_FLAGS, GccTimedOut, compiler_name, gcc
+from apps.sandbox.jail import Limits
+from apps.sandbox.policies import (
+    POLICIES,
+    Finished,
+    SandboxUnavailable,
+    Step,
+    read_left_behind,
+    run,
+    valgrind_launcher,
+    workdir,
+)
 
 DRIVER_SOURCE = Path(__file__).resolve().parent / "driver.c"
 KERNEL_FILE = "kernel.c"
-PROFILE_FLAGS = ["-std=c11", "-O2", "-g", "-march=x86-64-v3", "-fopenmp"]
+CASE_FILE = "case.bin"
+# What valgrind cannot run is left out of the timed build's flags; -g for line numbers.
+NOT_FOR_VALGRIND = ("-march=native", "-mavx512", "-mprefer-vector-width=512", "-fPIC", "-shared")
+PROFILE_ISA = "-march=x86-64-v3"
 DEBUG_FLAGS = [
     "-std=c11",
     "-O1",
@@ -49,16 +65,13 @@ TOP_FUNCTIONS = 50
 MAX_FRAMES = 10
 DUMP_PREVIEW = 64
 STDERR_TAIL = 4000
-# ASan's report comes last, so the end of a long stderr is enough to parse.
-STDERR_PARSED = 1 << 20
+OUTPUT_READ_LIMIT = 256 * 2**20  # cachegrind.out, dumps.bin: the file-size limit bounds them too
 ASAN_ADDRESS_SPACE_FAILURES = (
     "ReserveShadowMemoryRange failed",
     "Perhaps you're using ulimit -v",
     "AddressSanitizer failed to allocate",
     "ERROR: Failed to mmap",
 )
-
-PreexecFn = Callable[[], None] | None
 
 
 class DiagnosticError(RuntimeError):
@@ -70,85 +83,62 @@ class DiagnosticError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Building and running the driver
+# Building and running the driver, confined (apps/sandbox/policies.py: compile, profile, debug)
 
 
-@functools.cache
-def compiler_version() -> str:
-    result = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True)
-    return result.stdout.splitlines()[0]
+def profile_flags(timed_flags: list[str]) -> list[str]:
+    """The flags the candidate was timed with, less what valgrind cannot run (AVX-512: the
+    native ISA is replaced by x86-64-v3), as an executable with line numbers."""
+    kept = [f for f in timed_flags if not f.startswith(NOT_FOR_VALGRIND)]
+    return [*kept, PROFILE_ISA, "-g"]
 
 
-def build_driver(
-    kernel_source: str, workdir: Path, header_dir: Path, flags: list[str], timeout_s: float
-) -> Path:
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / KERNEL_FILE).write_text(kernel_source)
-    binary = workdir / "driver"
-    command = ["gcc", *flags, f"-I{header_dir.resolve()}", KERNEL_FILE, str(DRIVER_SOURCE)]
-    command += ["-o", str(binary), "-lm"]
+def build_driver(kernel_source: str, folder: Path, flags: list[str], timeout_s: float) -> str:
+    """Compile the kernel with driver.c into `folder`/driver; its name there."""
+    sources = {KERNEL_FILE: kernel_source, DRIVER_SOURCE.name: DRIVER_SOURCE.read_text()}
+    arguments = [*flags, "-I.", KERNEL_FILE, DRIVER_SOURCE.name, "-o", "driver", "-lm"]
     try:
-        result = subprocess.run(
-            command,
-            cwd=workdir,
-            env=child_env(LC_ALL="C"),  # plain ASCII quotes in the messages
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise DiagnosticError(f"gcc timed out after {timeout_s:g} s") from exc
-    if result.returncode != 0:
-        raise DiagnosticError(f"the kernel does not compile:\n{result.stderr}")
-    return binary
+        built = gcc(folder, sources, arguments, timeout_s)
+    except GccTimedOut as error:
+        raise DiagnosticError(str(error)) from None
+    if built.returncode != 0:
+        raise DiagnosticError(f"the kernel does not compile:\n{built.output}")
+    return "./driver"
+
+
+@contextlib.contextmanager
+def diagnostic_folder(prefix: str, case_file: Path, parent: Path | None) -> Iterator[Folder]:
+    """A work dir of the sandbox user's holding the case, and a descriptor of it taken before
+    anything runs there: what is read back afterwards is read through it (read_left_behind)."""
+    with workdir(prefix, parent) as folder:
+        shutil.copyfile(case_file, folder / CASE_FILE)
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield Folder(folder, descriptor)
+        finally:
+            os.close(descriptor)
 
 
 @dataclass(frozen=True)
-class RunResult:
-    returncode: int
-    stderr: str
-    wall_s: float
+class Folder:
+    path: Path
+    fd: int
+
+    def read(self, name: str) -> bytes | None:
+        return read_left_behind(self.fd, name, OUTPUT_READ_LIMIT)
 
 
-def run_in_own_group(
-    command: list[str], workdir: Path, env: dict[str, str], timeout_s: float, preexec_fn: PreexecFn
-) -> RunResult:
-    """Run with stdout and stderr in files (a kernel may print a lot). The command leads its
-    own process group, killed at the end, so nothing a kernel forks outlives the run."""
-    stderr_path = workdir / "stderr.log"
-    with (workdir / "stdout.log").open("wb") as out, stderr_path.open("wb") as err:
-        started = time.monotonic()
-        process = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=preexec_fn,
-        )
-        try:
-            returncode = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise DiagnosticError(
-                f"{Path(command[0]).name} timed out after {timeout_s:g} s"
-            ) from exc
-        finally:
-            _kill_group(process)
-    return RunResult(returncode, _file_tail(stderr_path, STDERR_PARSED), time.monotonic() - started)
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def _file_tail(path: Path, limit: int) -> str:
-    with path.open("rb") as file:
-        file.seek(max(0, path.stat().st_size - limit))
-        return file.read().decode(errors="replace")
+def run_confined(step: Step, folder: Folder, command: list[str], env: dict[str, str],
+                 timeout_s: float, limits: Limits) -> Finished:  # fmt: skip
+    """Run in the folder; a run past `timeout_s` is killed, its whole group with it."""
+    try:
+        finished = run(step, command, workdir=folder.path, timeout_s=timeout_s, limits=limits,
+                       env=env)  # fmt: skip
+    except SandboxUnavailable as error:
+        raise DiagnosticError(str(error)) from None
+    if finished.timed_out:
+        raise DiagnosticError(f"{Path(command[0]).name} timed out after {timeout_s:g} s")
+    return finished
 
 
 def describe_exit(returncode: int) -> str:
@@ -164,12 +154,6 @@ def last_lines(text: str, count: int = 20) -> str:
     return "\n".join(text.rstrip().splitlines()[-count:])
 
 
-def child_env(**overrides: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(overrides)
-    return env
-
-
 # ---------------------------------------------------------------------------------------------
 # Cachegrind profile
 
@@ -177,15 +161,16 @@ def child_env(**overrides: str) -> dict[str, str]:
 def profile_kernel(
     kernel_source: str,
     case_file: Path,
-    workdir: Path,
     *,
-    header_dir: Path,
+    timed_flags: list[str] = BASE_FLAGS,
     timeout_s: float = 120,
-    preexec_fn: PreexecFn = None,
+    limits: Limits | None = None,
     repeats: int = 1,
+    parent: Path | None = None,
 ) -> dict[str, Any]:
-    """Build with PROFILE_FLAGS and run under cachegrind, single-threaded (OMP_NUM_THREADS=1:
-    cachegrind simulates one cache hierarchy and runs threads one at a time anyway).
+    """Build with profile_flags(timed_flags) and run under cachegrind, single-threaded
+    (OMP_NUM_THREADS=1: cachegrind simulates one cache hierarchy and runs threads one at a
+    time anyway), in a work dir of its own under `parent`.
 
     Returns {"tool", "events", "totals", "functions", "lines", "derived", "build", "run"}.
     "functions": kernel.c functions by Ir, descending (at most 50; code inlined into them from
@@ -194,35 +179,41 @@ def profile_kernel(
     nonzero Ir, by line number, with their source text. "derived": d1_miss_rate is
     (D1mr+D1mw)/(Dr+Dw), ll_miss_rate is (DLmr+DLmw)/(Dr+Dw), both for the whole program and,
     with a kernel_ prefix, for the kernel.c functions only; None where nothing was counted.
+    "build": the flags, the compiler, and how they differ from the timed build's.
     """
-    workdir = workdir.resolve()
-    binary = build_driver(kernel_source, workdir, header_dir, PROFILE_FLAGS, timeout_s)
-    output_file = workdir / "cachegrind.out"
-    output_file.unlink(missing_ok=True)
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=yes",
-        f"--cachegrind-out-file={output_file}",
-        str(binary),
-        str(case_file.resolve()),
-        str(workdir / "outputs.bin"),
-        str(repeats),
-    ]
-    env = child_env(OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
-    run = run_in_own_group(command, workdir, env, timeout_s, preexec_fn)
-    if run.returncode != 0 or not output_file.exists():
-        raise DiagnosticError(
-            f"valgrind {describe_exit(run.returncode)}:\n{last_lines(run.stderr)}"
+    flags = profile_flags(timed_flags)
+    with diagnostic_folder("kope-profile-", case_file, parent) as folder:
+        driver = build_driver(kernel_source, folder.path, flags, timeout_s)
+        command = [valgrind_launcher(), "--tool=cachegrind", "--cache-sim=yes",
+                   "--cachegrind-out-file=cachegrind.out", driver, CASE_FILE, "outputs.bin",
+                   str(repeats)]  # fmt: skip
+        env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive",
+               "LD_LIBRARY_PATH": "/usr/lib/debug"}  # fmt: skip
+        run = run_confined(Step.PROFILE, folder, command, env, timeout_s,
+                           limits or POLICIES[Step.PROFILE].default_limits)  # fmt: skip
+        output = folder.read("cachegrind.out")
+        if run.returncode != 0 or output is None:
+            raise DiagnosticError(
+                f"valgrind {describe_exit(run.returncode)}:\n{last_lines(run.stderr)}"
+            )
+        profile = summarize_cachegrind(
+            parse_cachegrind(output.decode(errors="replace")),
+            kernel_path=folder.path / KERNEL_FILE,
+            kernel_source=kernel_source,
         )
-    profile = summarize_cachegrind(
-        parse_cachegrind(output_file.read_text(errors="replace")),
-        kernel_path=workdir / KERNEL_FILE,
-        kernel_source=kernel_source,
-    )
-    profile["build"] = {"flags": PROFILE_FLAGS, "compiler": compiler_version()}
-    profile["run"] = {"repeats": repeats, "omp_num_threads": 1, "wall_s": round(run.wall_s, 3)}
+    profile["build"] = {"flags": flags, "compiler": compiler_name(),
+                        "timed_flags": list(timed_flags),
+                        "differs": profile_build_difference(timed_flags, flags)}  # fmt: skip
+    profile["run"] = {"repeats": repeats, "omp_num_threads": 1, "wall_s": None}
     return profile
+
+
+def profile_build_difference(timed_flags: list[str], flags: list[str]) -> str:
+    """What a reader should know about the profiled binary, next to the timed one."""
+    dropped = [f for f in timed_flags if f not in flags and f not in ("-fPIC", "-shared")]
+    parts = [f"without {' '.join(dropped)}"] if dropped else []
+    parts += [f"with {PROFILE_ISA} (valgrind cannot run AVX-512)", "-g", "1 thread"]
+    return "as timed, " + ", ".join(parts)
 
 
 @dataclass
@@ -302,10 +293,13 @@ def summarize_cachegrind(
 
 
 def _is_kernel_file(file_name: str, kernel_path: Path) -> bool:
+    """Compared as text: the name comes from the tool's output, which the kernel's run could
+    shape, so it is never looked up on the worker's file system."""
     path = Path(file_name)
     if path.name != KERNEL_FILE:
         return False
-    return not path.is_absolute() or path.resolve() == kernel_path.resolve()
+    ours = {os.path.normpath(kernel_path), os.path.normpath(kernel_path.resolve())}
+    return not path.is_absolute() or os.path.normpath(file_name) in ours
 
 
 def _costs_by_function(data: CachegrindData) -> dict[str, list[int]]:
@@ -485,13 +479,13 @@ def _sample_summary(samples: list[float]) -> dict[str, Any]:
 def debug_kernel(
     kernel_source: str,
     case_file: Path,
-    workdir: Path,
     *,
-    header_dir: Path,
     timeout_s: float = 120,
-    preexec_fn: PreexecFn = None,
+    limits: Limits | None = None,
+    parent: Path | None = None,
 ) -> dict[str, Any]:
-    """Build with DEBUG_FLAGS (ASan, UBSan, KOPE_DUMP on) and run once.
+    """Build with DEBUG_FLAGS (ASan, UBSan, KOPE_DUMP on) and run once, in a work dir of its
+    own under `parent`.
 
     Returns {"clean", "exit_code", "kernel_returned", "reports", "dumps", "dumps_dropped",
     "stderr_tail", "build"}. exit_code is negative for a signal; kernel_returned is the kernel's
@@ -499,15 +493,13 @@ def debug_kernel(
     "message", "details", "frames"}, frames in kernel.c first. Each dump: {"name", "dtype",
     "count", "stored", "values", "stats"}, see read_dumps.
     """
-    workdir = workdir.resolve()
-    binary = build_driver(kernel_source, workdir, header_dir, DEBUG_FLAGS, timeout_s)
-    dump_file = workdir / "dumps.bin"
-    dump_file.unlink(missing_ok=True)
-    command = [str(binary), str(case_file.resolve()), str(workdir / "outputs.bin")]
-    env = child_env(
-        ASAN_OPTIONS=ASAN_OPTIONS, UBSAN_OPTIONS=UBSAN_OPTIONS, KOPE_DUMP_FILE=str(dump_file)
-    )
-    run = run_in_own_group(command, workdir, env, timeout_s, preexec_fn)
+    with diagnostic_folder("kope-debug-", case_file, parent) as folder:
+        driver = build_driver(kernel_source, folder.path, DEBUG_FLAGS, timeout_s)
+        env = {"ASAN_OPTIONS": ASAN_OPTIONS, "UBSAN_OPTIONS": UBSAN_OPTIONS,
+               "KOPE_DUMP_FILE": "dumps.bin"}  # fmt: skip
+        run = run_confined(Step.DEBUG, folder, [driver, CASE_FILE, "outputs.bin"], env,
+                           timeout_s, limits or POLICIES[Step.DEBUG].default_limits)  # fmt: skip
+        dumps = folder.read("dumps.bin")
     _refuse_address_space_failure(run.stderr)
     reports = parse_sanitizer_reports(run.stderr)
     return {
@@ -515,10 +507,10 @@ def debug_kernel(
         "exit_code": run.returncode,
         "kernel_returned": _kernel_return_value(run.stderr),
         "reports": reports,
-        "dumps": read_dumps(dump_file) if dump_file.exists() else [],
+        "dumps": parse_dumps(dumps) if dumps else [],
         "dumps_dropped": "KOPE_DUMP limit" in run.stderr,
         "stderr_tail": run.stderr[-STDERR_TAIL:],
-        "build": {"flags": DEBUG_FLAGS, "compiler": compiler_version()},
+        "build": {"flags": DEBUG_FLAGS, "compiler": compiler_name()},
     }
 
 
@@ -649,7 +641,11 @@ def read_dumps(path: Path) -> list[dict[str, Any]]:
     result is strict JSON), "stats" min/max/mean over the stored finite values (None when
     there are none) with nan_count and inf_count.
     """
-    data = path.read_bytes()
+    return parse_dumps(path.read_bytes())
+
+
+def parse_dumps(data: bytes) -> list[dict[str, Any]]:
+    """read_dumps on the file's bytes."""
     dumps = []
     offset = 0
     while offset < len(data):

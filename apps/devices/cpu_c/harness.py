@@ -1,8 +1,9 @@
 """The candidate process: calls an untrusted cpu-c kernel on prepared inputs, nothing else.
 
-`python -m apps.devices.cpu_c.harness MANIFEST` runs confined (apps/devices/jail.py: its own
-session, a fresh network namespace, an unprivileged uid, resource limits, a cleared
-environment, an empty work dir) and installs a seccomp filter before the kernel is loaded.
+`python -m apps.devices.cpu_c.harness MANIFEST` runs confined (apps/sandbox/policies.py,
+Step.HARNESS: its own session, a fresh network namespace, an unprivileged uid, resource
+limits, a cleared environment, Landlock, an empty work dir) and installs a seccomp filter
+before the kernel is loaded.
 It never sees expected outputs or the judge's seeds: it writes what the kernel produced into
 files the judge (apps/devices/evaluator.py) reads after this process has exited.
 
@@ -28,6 +29,7 @@ import numpy as np
 from apps.devices.cpu_c.protocol import (
     BASELINE,
     CANDIDATE,
+    CHECKED,
     GO,
     KEPT,
     LAST,
@@ -40,7 +42,8 @@ from apps.devices.cpu_c.protocol import (
     SWAPPED,
     replies,
 )
-from apps.devices.jail import install_seccomp
+from apps.sandbox import seccomp
+from apps.sandbox.policies import CANDIDATE_CALLS
 
 T = TypeVar("T")
 DTYPE_CODES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint8": 4, "bool": 5}
@@ -101,6 +104,33 @@ def mapped(meta: dict[str, Any], mode: str) -> np.ndarray:
     return np.memmap(meta["file"], dtype=np.dtype(meta["dtype"]), mode=mode, shape=shape)  # type: ignore[call-overload, no-any-return]
 
 
+def confine_calls(threads: int, protected_fds: tuple[int, ...] = ()) -> None:
+    """The filter candidate code runs under (its constructors too): no new process, program,
+    thread or file, no signal handler, timer or scheduling change. So nothing of the kernel's
+    can run, or slow the reference, while it is not being called. Every OpenMP runtime in the
+    process starts its threads first: a kernel can use as many as the evaluation allows, and
+    one that asks for more fails at its first parallel region."""
+    start_openmp_threads(threads)
+    seccomp.install(CANDIDATE_CALLS, protected_fds)
+
+
+def start_openmp_threads(threads: int) -> None:
+    """One parallel region of `threads` in the system's libgomp (the kernel's) and in any other
+    loaded (PyTorch's own copy): each keeps its threads for the next region. The region runs
+    free(NULL), which does nothing, on each thread."""
+    if threads <= 1:
+        return
+    do_nothing = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p)
+    for path in {"libgomp.so.1", *loaded_libraries("libgomp")}:
+        runtime = ctypes.CDLL(path)
+        runtime.GOMP_parallel(do_nothing, None, ctypes.c_uint(threads), ctypes.c_uint(0))
+
+
+def loaded_libraries(name: str) -> set[str]:
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split()[-1] for line in maps if f"/{name}" in line and line.endswith(".so.1")}
+
+
 def load_kernel(path: str) -> Any:
     kernel = ctypes.CDLL(os.path.abspath(path)).kope_kernel
     kernel.restype = ctypes.c_int
@@ -116,7 +146,7 @@ def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
         inputs = [mapped(m, "r+") for m in run["inputs"]]  # the judge compares these files after
         outputs = [mapped(m, "w+") for m in run["outputs"]]
         prepared.append((run, inputs, outputs))
-    install_seccomp()  # before any candidate code is loaded: its constructors run confined too
+    confine_calls(int(manifest["threads"]))  # before any candidate code is loaded
     kernel = load_kernel(manifest["kernel_so"])
     statuses = {}
     for run, inputs, outputs in prepared:
@@ -176,7 +206,7 @@ def timing(manifest: dict[str, Any]) -> dict[str, Any]:
                       first_draw_s=draw_s if fresh else math.inf)  # fmt: skip
     small = _scaling_call_inputs(plan)
     go, report = manifest["channel"]["go"], manifest["channel"]["report"]
-    install_seccomp(protected_fds=(go, report))
+    confine_calls(int(manifest["threads"]), protected_fds=(go, report))
     kernel = load_kernel(manifest["kernel_so"])
     candidate = Call(kernel, inputs, scratch, run["attrs"])
     calls: dict[bytes, Callable[[], int]] = {
@@ -187,24 +217,81 @@ def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     if small is not None:
         calls[SMALL] = Call(kernel, small[0], small[1], plan["scaling"]["attrs"])
     if manifest.get("baseline_so"):
-        calls[BASELINE] = Call(load_kernel(manifest["baseline_so"]), inputs, scratch, run["attrs"])
-    serve_orders(go, report, calls, lambda: reference.compute(given, run["params"]))
+        own_scratch = [np.empty(m["shape"], dtype=m["dtype"]) for m in run["outputs"]]
+        calls[BASELINE] = Call(load_kernel(manifest["baseline_so"]), inputs, own_scratch,
+                               run["attrs"])  # fmt: skip
+    checks = TimedChecks(reference, run, scratch, manifest["tolerance"],
+                         budget_s=renewal_budget_s(reference_s))  # fmt: skip
+    serve_orders(go, report, calls, lambda: reference.compute(given, run["params"]), checks)
     return {}
 
 
 def serve_orders(go: int, report: int, calls: dict[bytes, Callable[[], int]],
-                 reference: Callable[[], Any]) -> None:  # fmt: skip
+                 reference: Callable[[], Any], checks: TimedChecks) -> None:  # fmt: skip
     while True:
         tag, iteration, nonce = read_record(go)
         if tag == QUIT:
             return
         if tag in (GO, SWAPPED):
-            reference()
+            expected = reference()
             reply(report, REFERENCE, iteration, nonce)
             for timed in replies(tag, with_baseline=BASELINE in calls):
                 reply(report, timed, iteration, nonce, calls[timed]())
+            checks.after_order(iteration, expected)  # the judge's clock has stopped
+            continue
+        if tag == CHECKED:
+            reply(report, CHECKED, iteration, nonce, checks.first_wrong)
             continue
         reply(report, tag, iteration, nonce, calls[tag]())
+
+
+class TimedChecks:
+    """The candidate's output of each timed call against the reference's on the same inputs,
+    computed in the same order, once the order's calls are done (untimed). Each check costs
+    a pass over the outputs: checks go on while they take no more, on average, than the
+    budget (a large memory-bound operator's outputs are checked on a sample of the orders).
+    `first_wrong`: 1 + the iteration of the first timed call that was wrong; 0 for none.
+
+    This runs in the candidate's process, after its code was loaded: it catches a kernel that
+    answers wrong between its correctness runs and its last call, not one that rewrites this
+    check. The last call (judged by the worker) and the correctness runs are the judge's own.
+    """
+
+    def __init__(self, reference: Any, run: dict[str, Any], outputs: list[np.ndarray],
+                 tolerance: dict[str, float], *, budget_s: float) -> None:  # fmt: skip
+        self.reference, self.params, self.outputs = reference, run["params"], outputs
+        self.tolerance, self.budget_s = tolerance, budget_s
+        self.done, self.spent_s, self.first_wrong = 0, 0.0, 0
+
+    def after_order(self, iteration: int, expected: Any) -> None:
+        if self.first_wrong or self.spent_s > self.budget_s * max(self.done, 1):
+            return
+        right, took_s = seconds(lambda: self.matches(expected))
+        self.done, self.spent_s = self.done + 1, self.spent_s + took_s
+        if not right:
+            self.first_wrong = iteration + 1
+
+    def matches(self, expected: Any) -> bool:
+        import torch
+
+        from apps.operators.refrun import as_list
+
+        wanted = [e for e in as_list(expected) if isinstance(e, torch.Tensor)]
+        if len(wanted) != len(self.outputs):
+            return False
+        if self.reference.check is not None:
+            actual = [torch.from_numpy(a.copy()) for a in self.outputs]
+            return bool(self.reference.check(self.params, wanted, actual))
+        return all(close(a, e.detach().numpy(), **self.tolerance)
+                   for a, e in zip(self.outputs, wanted, strict=True))  # fmt: skip
+
+
+def close(actual: np.ndarray, expected: np.ndarray, *, max_abs: float, max_rel: float) -> bool:
+    if actual.shape != expected.shape:
+        return False
+    if actual.dtype.kind != "f":
+        return bool(np.array_equal(actual, expected))
+    return bool(np.allclose(actual, expected, rtol=max_rel, atol=max_abs, equal_nan=True))
 
 
 # --- what the timed calls see: nothing a kernel can remember its way through -----------------
@@ -322,11 +409,12 @@ def last_call(call: Call, judged: list[dict[str, Any]], last: list[np.ndarray], 
 
 
 def _scaling_call_inputs(plan: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """The smaller case's inputs, and outputs in files: the judge checks the last answer."""
     small = plan.get("scaling")
     if not small:
         return None
     inputs = [np.array(mapped(m, "r")) for m in small["inputs"]]
-    outputs = [np.empty(m["shape"], dtype=m["dtype"]) for m in small["outputs"]]
+    outputs = [mapped(m, "w+") for m in small["outputs"]]
     return inputs, outputs
 
 

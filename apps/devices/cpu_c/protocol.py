@@ -9,6 +9,8 @@ candidate first; the judge alternates the two (`order_tag`) so that neither alwa
 caches the other warmed. Before each timed order the judge sends RENEW, untimed: the harness
 puts new contents in the timed inputs and replies RENEW with RENEWED, so no timed call sees
 the contents an earlier one saw, or with KEPT where a draw would cost more than the calls.
+After the last call the judge sends CHECKED: the reply's status is 1 + the iteration of the
+first timed call whose output the harness found wrong, 0 for none.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import struct
 
 RECORD = struct.Struct("<cxxxIQi")  # tag, iteration, nonce, kernel status
-GO, SWAPPED, SMALL, LAST, RENEW, QUIT = b"g", b"h", b"s", b"l", b"n", b"q"  # orders
+GO, SWAPPED, SMALL, LAST, RENEW, CHECKED, QUIT = b"g", b"h", b"s", b"l", b"n", b"k", b"q"  # orders
 REFERENCE, CANDIDATE, BASELINE = b"r", b"c", b"b"  # replies to a timed order
 KEPT, RENEWED = 0, 1  # the status of a reply to RENEW
 

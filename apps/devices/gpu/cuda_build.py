@@ -7,14 +7,16 @@ format. Both are parsed into the CompilerMessage the cpu-c target gives.
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from apps.devices.compile_errors import CompilerMessage, errors_only, parse_compiler_output
 from apps.devices.cpu_c.build import HEADER_DIR
 from apps.devices.gpu.device import CudaDevice, tool_path
+from apps.sandbox.policies import Step, run, workdir
 
 GPU_HEADER_DIR = Path(__file__).resolve().parent
 SOURCE_NAME = "kernel.cu"
@@ -48,24 +50,27 @@ def arch_flags(device: CudaDevice | None) -> list[str]:
 
 
 def compile_cuda(source: str, device: CudaDevice | None, folder: Path) -> CudaBuild:
+    """nvcc on the candidate, confined (the gpu-compile step of apps/sandbox/policies.py) in
+    a work dir of its own under `folder`; the shared object is copied into `folder`."""
     nvcc = tool_path("nvcc")
     if nvcc is None:
         raise CudaCompileError("nvcc is not installed", [])
-    (folder / SOURCE_NAME).write_text(source)
     flags = BASE_FLAGS + arch_flags(device)
     command = [nvcc, *flags, f"-I{HEADER_DIR}", f"-I{GPU_HEADER_DIR}", SOURCE_NAME, "-o",
                "kernel.so"]  # fmt: skip
-    try:
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise CudaCompileError(f"nvcc ran over {COMPILE_TIMEOUT_S} s", []) from None
-    output = done.stdout + done.stderr
-    messages = parse_nvcc_output(output, source)
-    if done.returncode != 0:
-        errors = errors_only(messages) or [CompilerMessage(SOURCE_NAME, 0, 0, "error",
-                                                           output.strip()[-500:], "")]  # fmt: skip
-        raise CudaCompileError(output, errors)
+    with workdir("kope-nvcc-", folder) as build_dir:
+        (build_dir / SOURCE_NAME).write_text(source)
+        env = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
+        done = run(Step.GPU_COMPILE, command, workdir=build_dir, timeout_s=COMPILE_TIMEOUT_S,
+                   env=env)  # fmt: skip
+        if done.timed_out:
+            raise CudaCompileError(f"nvcc ran over {COMPILE_TIMEOUT_S} s", [])
+        messages = parse_nvcc_output(done.output, source)
+        if done.returncode != 0:
+            errors = errors_only(messages) or [CompilerMessage(
+                SOURCE_NAME, 0, 0, "error", done.output.strip()[-500:], "")]  # fmt: skip
+            raise CudaCompileError(done.output, errors)
+        shutil.copyfile(build_dir / "kernel.so", folder / "kernel.so")
     return CudaBuild(folder / "kernel.so", flags, [m for m in messages if m.severity == "warning"])
 
 

@@ -40,8 +40,10 @@ from apps.devices.gpu.device import (
     triton_version,
 )
 from apps.devices.gpu.static_checks import triton_problems
-from apps.devices.interpreter import sandbox_python
-from apps.devices.jail import Limits, confine_child
+from apps.sandbox import policies
+from apps.sandbox.interpreter import sandbox_python
+from apps.sandbox.jail import Limits
+from apps.sandbox.policies import Step
 
 # The interpreter runs each Triton program in Python: cases up to this many input and output
 # elements, together, are checked there (every level-1 operator has several).
@@ -185,6 +187,8 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, kind: str, candida
     if options.timing:
         verdict["timed"] = time_candidate(workspace, operator, runs, base, options, device,
                                           verdict["flags"])  # fmt: skip
+        if verdict["timed"].get("wrong_calls"):
+            return cpu.wrong_when_timed(verdict)
     if options.profile:
         verdict["profiled"] = profile(workspace, operator, runs, base, options, device)
     return finish(verdict, "correct")
@@ -228,12 +232,9 @@ def start_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalS
     log = workspace.judge / f"{manifest['mode']}.log"
     command = [*prefix, sandbox_python()[0], "-s", "-m", "apps.devices.gpu.harness", name]
     with log.open("wb") as stdout:
-        child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-            cwd=workspace.sandbox, env=harness_env(workspace, options, device),
-            start_new_session=True,
-            preexec_fn=lambda: confine_child(limits, str(workspace.sandbox)),
-        )  # fmt: skip
+        child = policies.start(Step.GPU_HARNESS, command, workdir=workspace.sandbox,
+                               limits=limits, env=harness_env(workspace, options, device),
+                               stdout=stdout, stderr=subprocess.STDOUT)  # fmt: skip
     return child, log
 
 
@@ -241,7 +242,7 @@ def run_harness(workspace: Workspace, manifest: dict[str, Any], options: EvalSet
                 device: CudaDevice | None, **start: Any
                 ) -> tuple[cpu.HarnessOutcome, dict[str, Any]]:  # fmt: skip
     child, log = start_harness(workspace, manifest, options, device, **start)
-    timed_out = cpu.wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
+    timed_out = policies.wait_or_kill(child, settings.KOPE_EVAL_TIMEOUT_S)
     outcome = cpu.read_outcome(log, child.returncode, timed_out)
     return outcome, outcome.result or {}
 
@@ -304,8 +305,9 @@ def timing_summary(run: Run, result: dict[str, Any], last_ok: bool, options: Eva
         "reference_samples_ms": result["reference_ms"],
     }  # fmt: skip
     if not last_ok:
-        summary["reason"] = "the last timed call's output was wrong (results cached between calls?)"
-        flags.append("wrong output on a timed call")
+        summary["wrong_calls"] = [f"the last timed call of case {run.case_id}"]
+        summary["reason"] = (f"wrong output on the last timed call of case {run.case_id} (results "
+                             "remembered between calls?)")  # fmt: skip
     if wall["median_ms"] > 3 * candidate["median_ms"] + SIDE_WORK_MARGIN_MS:
         flags.append(
             f"the device was busy {wall['median_ms']:.3f} ms per call but the timed "

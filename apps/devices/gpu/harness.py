@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from apps.devices.jail import install_seccomp
+from apps.sandbox import seccomp
+from apps.sandbox.policies import GPU_HARNESS_CALLS
 
 Kernel = Callable[[list[Any], list[Any], list[float]], Any]
 
@@ -277,7 +278,7 @@ def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
     kernel = preload(manifest, prepared)
     files = [([mapped(m, "r+") for m in run["inputs"]], [mapped(m, "w+") for m in run["outputs"]])
              for run, _, _ in prepared]  # fmt: skip
-    install_seccomp()
+    seccomp.install(GPU_HARNESS_CALLS)
     if kernel is None:
         kernel = load_candidate(manifest)
     statuses, problems = {}, {}
@@ -321,7 +322,7 @@ def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     compile_first(kernel, [(run, inputs, outputs)])
     last_files = [mapped(m, "w+") for m in plan["last_outputs"]]
     flush = torch.empty(int(plan["flush_bytes"]) // 4, dtype=torch.float32, device="cuda")
-    install_seccomp()
+    seccomp.install(GPU_HARNESS_CALLS)
     samples = measure(kernel, inputs, outputs, run, manifest, flush,
                       lambda: reference.compute(given, run["params"]))  # fmt: skip
     for tensor in outputs:
@@ -410,7 +411,7 @@ def check(manifest: dict[str, Any]) -> dict[str, Any]:
     if manifest["device"] == "cpu":
         import triton  # noqa: F401
 
-        install_seccomp()
+        seccomp.install(GPU_HARNESS_CALLS)
     start_device(manifest)
     return {"operators": [check_operator(item, index, manifest)
                           for index, item in enumerate(manifest["operators"])]}  # fmt: skip
@@ -432,11 +433,11 @@ def check_case(reference: Any, kernel: Kernel, case: dict[str, Any], item: dict[
                manifest: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     import torch
 
-    from apps.operators.refrun import _as_list, compare, scalar_attributes, tensors
+    from apps.operators.refrun import as_list, compare, scalar_attributes, tensors
 
     generator = torch.Generator().manual_seed(int(manifest["seed"]))
     made = reference.make_inputs(case["params"], generator)
-    expected = _as_list(reference.compute([v.clone() if isinstance(v, torch.Tensor) else v
+    expected = as_list(reference.compute([v.clone() if isinstance(v, torch.Tensor) else v
                                            for v in made], case["params"]))  # fmt: skip
     snapshot = [t.clone() for t in tensors(made)]
     inputs = [t.to(manifest["device"]) for t in tensors(made)]

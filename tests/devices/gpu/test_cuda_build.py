@@ -3,7 +3,10 @@ without nvcc or a CUDA device."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,10 +71,20 @@ def test_a_message_without_a_caret_has_column_zero() -> None:
 needs_nvcc = pytest.mark.skipif(tool_path("nvcc") is None, reason="nvcc is not installed")
 
 
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    """Where compile_cuda makes nvcc's work dir. Not tmp_path: pytest's base temp dir is 0700
+    and root's, so the sandbox user (a root worker's confined nvcc) could not enter it."""
+    path = Path(tempfile.mkdtemp(prefix="kope-cuda-build-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @needs_nvcc
-def test_nvcc_itself_reports_errors_the_parser_reads(tmp_path: Path) -> None:
+def test_nvcc_itself_reports_errors_the_parser_reads(folder: Path) -> None:
     with pytest.raises(CudaCompileError) as raised:
-        compile_cuda(SOURCE, None, tmp_path)
+        compile_cuda(SOURCE, None, folder)
 
     (error,) = raised.value.messages
     assert (error.file, error.line, error.column) == ("kernel.cu", 5, 44)
@@ -79,12 +92,14 @@ def test_nvcc_itself_reports_errors_the_parser_reads(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-def test_a_valid_kernel_compiles_to_a_shared_object_exporting_kope_kernel(tmp_path: Path) -> None:
-    build = compile_cuda(SOURCE.replace(": zero;", ": 0.0f;") + ENTRY, None, tmp_path)
+def test_a_valid_kernel_compiles_to_a_shared_object_exporting_kope_kernel(folder: Path) -> None:
+    build = compile_cuda(SOURCE.replace(": zero;", ": 0.0f;") + ENTRY, None, folder)
 
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(build.path)], check=True,
                              capture_output=True, text=True).stdout  # fmt: skip
     assert " T kope_kernel\n" in symbols  # C linkage, through kope_cuda.h
+    assert build.path == folder / "kernel.so"
+    assert [p.name for p in folder.iterdir()] == ["kernel.so"]  # nvcc's work dir is gone
 
 
 @pytest.mark.skipif(cuda_device() is not None, reason="this host has a CUDA device")

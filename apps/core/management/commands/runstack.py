@@ -15,7 +15,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import psutil
 from django.conf import settings
@@ -30,6 +31,10 @@ from kope_web import embedded_db
 READY_TIMEOUT_S = 90
 STOP_GRACE_S = 15
 KILL_WAIT_S = 5
+FIRST_BACKOFF_S = 1.0  # a child that dies is started again after this, doubled each time
+MAX_BACKOFF_S = 60.0
+STEADY_AFTER_S = 60.0  # one that ran this long before it died starts from FIRST_BACKOFF_S
+WATCH_EVERY_S = 0.5
 
 
 class Command(BaseCommand):
@@ -47,7 +52,7 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, stop_like_ctrl_c)
         ensure_port_free(host, port)
-        children: list[subprocess.Popen[bytes]] = []
+        children: list[Child] = []
         # Ctrl-C may come at any stage: while the database starts, in the middle of the
         # migrations (each is one transaction, so the next start finishes them), while the
         # suite loads, or while the children start. Each ends the same way.
@@ -57,17 +62,17 @@ class Command(BaseCommand):
             stop_if_asked()
             call_command("bootstrap", stdout=self.stdout)
             stop_if_asked()
-            children.append(spawn_web(host, port))
+            children.append(Child("web server", functools.partial(spawn_web, host, port)))
             if not no_worker:
-                children += spawn_workers()
+                children += worker_children()
             stop_if_asked()
             url = url_of(host, port)
-            wait_until_answering(url + "accounts/login/", children)
+            wait_until_answering(url + "accounts/login/", [child.process for child in children])
             elapsed = time.time() - started_at
             self.say(
                 f"KOPE Workbench is ready at {url} (started in {elapsed:.1f} s). Ctrl-C stops it."
             )
-            wait_for_first_exit(children)
+            supervise(children, self.say)
         except BaseException as error:
             CLEANING_UP.set()
             if not caused_by_ctrl_c(error):
@@ -75,7 +80,7 @@ class Command(BaseCommand):
             self.say("\nStopping…")
         finally:
             CLEANING_UP.set()
-            stop_all(children)
+            stop_all([child.process for child in children])
             with contextlib.suppress(Exception):  # a connection cut off mid-query
                 connection.close()
             self.say_who_keeps_the_database_up()
@@ -186,14 +191,13 @@ def spawn_web(host: str, port: int) -> subprocess.Popen[bytes]:
     return _spawn(["-m", "daphne", "-b", host, "-p", str(port), "kope_web.asgi:application"])
 
 
-def spawn_workers() -> list[subprocess.Popen[bytes]]:
+def worker_children() -> list[Child]:
     """The agent worker and the device worker apart: an agent task waits for its evaluation,
     so with one pool for both, two running sessions would leave no process to evaluate."""
     device_queues = [q for q in known_queues() if q.startswith("device.")]
-    return [
-        spawn_celery(settings.AGENT_QUEUE, "agent@%h", concurrency=2),
-        spawn_celery(",".join(device_queues), "device@%h", concurrency=1),
-    ]
+    agent = functools.partial(spawn_celery, settings.AGENT_QUEUE, "agent@%h", concurrency=2)
+    device = functools.partial(spawn_celery, ",".join(device_queues), "device@%h", concurrency=1)
+    return [Child("agent worker", agent), Child("device worker", device)]
 
 
 def spawn_celery(queues: str, hostname: str, *, concurrency: int) -> subprocess.Popen[bytes]:
@@ -218,12 +222,69 @@ def wait_until_answering(url: str, children: list[subprocess.Popen[bytes]]) -> N
     raise CommandError(f"{url} did not answer within {READY_TIMEOUT_S} s.")
 
 
-def wait_for_first_exit(children: list[subprocess.Popen[bytes]]) -> None:
-    while all(child.poll() is None for child in children):
+class Child:
+    """A process of the stack, started again after it dies. The web server too: it keeps
+    nothing a new one lacks (sessions and events are in the database, a page's socket
+    reconnects), and a stack that stopped for it would stop every running session."""
+
+    def __init__(self, name: str, spawn: Callable[[], subprocess.Popen[bytes]]) -> None:
+        self.name, self.spawn = name, spawn
+        self.backoff_s = FIRST_BACKOFF_S
+        self.start()
+
+    def start(self) -> None:
+        self.process = self.spawn()
+        self.started_at = time.monotonic()
+        self.restart_at: float | None = None
+
+    def watch(self, say: Callable[[str], None]) -> None:
+        """Restart it once its back-off is over; a death is said when it is seen."""
+        if self.restart_at is None and has_exited(self.process):
+            self.bury(say)
+        elif self.restart_at is not None and time.monotonic() >= self.restart_at:
+            self.start()
+
+    def bury(self, say: Callable[[str], None]) -> None:
+        """End what it left running (a worker's pool processes, which would go on holding
+        their tasks' locks), then wait its back-off: doubled while it keeps dying young."""
+        with contextlib.suppress(ProcessLookupError):  # its group may be empty already
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        if time.monotonic() - self.started_at >= STEADY_AFTER_S:
+            self.backoff_s = FIRST_BACKOFF_S
+        reason = exit_reason(self.process.returncode)
+        say(f"{self.name} exited ({reason}); restarting in {self.backoff_s:g} s")
+        self.restart_at = time.monotonic() + self.backoff_s
+        self.backoff_s = min(self.backoff_s * 2, MAX_BACKOFF_S)
+
+
+def supervise(children: list[Child], say: Callable[[str], None]) -> NoReturn:
+    """Until Ctrl-C, which ends a back-off wait too: the children are started again as they
+    die, one's back-off not holding up another's."""
+    while True:
         stop_if_asked()
-        time.sleep(0.5)
-    gone = next(child for child in children if child.returncode is not None)
-    raise CommandError(f"{describe(gone)} stopped.")
+        for child in children:
+            child.watch(say)
+        time.sleep(WATCH_EVERY_S)
+
+
+def has_exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether it has exited, leaving it unreaped: until it is reaped its pid cannot be given
+    to another process, so its process group can be killed without hitting a stranger."""
+    try:
+        found = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already
+        return True
+    return found is not None
+
+
+def exit_reason(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
 
 
 def describe(child: subprocess.Popen[bytes]) -> str:

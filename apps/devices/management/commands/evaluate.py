@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -76,7 +78,7 @@ class Command(DatabaseCommand):
             raise CommandError(error.message) from None
         try:
             evaluation = evaluation_execute(
-                evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS
+                evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS, worker=runner_name()
             )
         except KeyboardInterrupt:
             stopped(evaluation.pk)
@@ -118,6 +120,11 @@ class Command(DatabaseCommand):
             return raw.decode()
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"cannot read {path}: {error}") from None
+
+
+def runner_name() -> str:
+    """The evaluation's `worker` while this command runs it, as a worker names itself."""
+    return f"evaluate@{socket.gethostname()} (pid {os.getpid()})"
 
 
 def stopped(evaluation_id: int) -> NoReturn:
