@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from django.test.utils import override_settings
 
-from apps.devices.cpu_c.build import compile_kernel, compiler_version
+from apps.devices.cpu_c.build import compile_kernel
+from apps.devices.cpu_c.gcc import compiler_version
 from apps.devices.evaluator import (
     TARGET,
     EvalSettings,

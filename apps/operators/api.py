@@ -40,7 +40,7 @@ class OperatorSummaryOut(Schema):
     shared: bool
 
 
-class CaseOut(Schema):
+class OperatorCaseOut(Schema):
     case_id: str
     params: dict[str, Any]
     dtype: str
@@ -56,7 +56,7 @@ class OperatorOut(OperatorSummaryOut):
     reference_kind: str
     reference_source: dict[str, Any]
     starting_kernels: dict[str, str]
-    case_list: list[CaseOut]
+    case_list: list[OperatorCaseOut]
     versions: list[int]
     scale: float
     origin_path: str

@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +27,27 @@ from django.utils.text import Truncator, slugify
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.core.locks import advisory_lock, advisory_locks_held
+from apps.operators.definitions import OperatorDefinition
 from apps.operators.importers import kernelbench, npukernelbench
 from apps.operators.importers.common import FoundProblem
-from apps.operators.models import ImportRun, Operator, Suite, SuiteEntry
-from apps.operators.services import ImportProblem, operator_import, suite_set
+from apps.operators.models import ImportRun, Operator, OperatorVersion, Suite, SuiteEntry
+from apps.operators.sandbox import ReferenceRunError, run_reference
+from apps.operators.services import (
+    CasesFailed,
+    ImportProblem,
+    KeptCases,
+    existing_version,
+    kept_cases,
+    suite_set,
+    version_store,
+)
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("kernelbench", "npukernelbench")
 IMPORTED, UNCHANGED, SKIPPED, FAILED = "imported", "unchanged", "skipped", "failed"
 MAX_PATH_CHARS = 500  # ImportRun.path
+LOWERED_TARGET = "cpu-c"  # the target imported problems get a starting kernel for
 LOCK_NAMESPACE = 7_002  # pg_advisory_lock(namespace, import run id); sessions' is 7_001
 
 
@@ -253,9 +264,7 @@ def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -
                           f"{claimed[slug]} already has in this import", operator=slug)  # fmt: skip
     claimed[slug] = problem.label
     try:
-        version, created = operator_import(
-            team=run.team, definition=problem.definition, created_by=run.created_by
-        )
+        version, created, notes = store_problem(problem, team=run.team, user=run.created_by)
     except ImportProblem as error:
         return ReportLine(problem.label, FAILED, error.message, operator=slug)
     except SoftTimeLimitExceeded:
@@ -263,10 +272,84 @@ def import_one(problem: FoundProblem, run: ImportRun, claimed: dict[str, str]) -
     except Exception as error:  # a bug here must not end the whole import
         logger.exception("importing %s failed", problem.label)
         return ReportLine(problem.label, FAILED, f"internal error: {error}", operator=slug)
-    return ReportLine(
-        problem.label, IMPORTED if created else UNCHANGED, _note(version) if created else "",
-        operator=slug, version=version.number,
-    )  # fmt: skip
+    reason = "; ".join(n for n in [*notes, _note(version)] if n) if created else ""
+    return ReportLine(problem.label, IMPORTED if created else UNCHANGED, reason, operator=slug,
+                      version=version.number)  # fmt: skip
+
+
+def store_problem(
+    problem: FoundProblem, *, team: Team | None, user: User | None
+) -> tuple[OperatorVersion, bool, list[str]]:
+    """Store the problem's definition, or the first of its fallbacks whose reference runs its
+    timing case, with the cases the reference ran (services.kept_cases); the version, whether
+    it is new, and what the report should say about sizes and cases left out. ImportProblem
+    when none can be stored, naming what failed at each size tried."""
+    first = problem.definition
+    assert first is not None
+    if found := existing_version(team, first):
+        return found, False, []
+    tried: list[str] = []
+    for candidate in (first, *problem.fallbacks):
+        try:
+            kept = in_float32_where_halves(kept_cases(candidate))
+        except CasesFailed as failure:
+            tried.append(f"at {kernelbench.sizes_label(candidate)}: {failure.message}")
+            if "ran out of memory" in failure.message:  # larger sizes only need more
+                break
+            continue
+        definition, no_start = with_lowered_start(kept.definition)
+        version, created = version_store(team=team, definition=definition,
+                                         outcomes=kept.outcomes, created_by=user,
+                                         content_hash=candidate.content_hash())  # fmt: skip
+        sizes = [f"imported at {kernelbench.sizes_label(candidate)}, the reference failing "
+                 + "; ".join(tried)] if tried else []  # fmt: skip
+        ran_as = [f"case {case.case_id} runs as {case.params[npukernelbench.RUN_AS]}"
+                  for case in kept.definition.spec.cases
+                  if candidate.reference_kind == "npukernelbench"
+                  and npukernelbench.RUN_AS in case.params]  # fmt: skip
+        return version, created, [*sizes, *problem.left_out, *kept.left_out, *ran_as, no_start]
+    if len(tried) == 1:
+        raise ImportProblem(tried[0].split(": ", 1)[1])
+    raise ImportProblem("the reference fails at every size tried: " + "; ".join(tried))
+
+
+def with_lowered_start(definition: OperatorDefinition) -> tuple[OperatorDefinition, str]:
+    """The definition with a naive starting kernel for LOWERED_TARGET, its reference Model
+    lowered to C in the sandbox (apps/operators/lowering), so the offline policy can start on
+    an imported problem; else the report's note saying what stopped the lowering."""
+    if LOWERED_TARGET in definition.starting_kernels:
+        return definition, ""
+    try:
+        answer = run_reference(definition.runner_request() | {"mode": "lower"})
+    except ReferenceRunError as error:
+        return definition, f"no starting kernel: {error}"
+    kernels = {**definition.starting_kernels, LOWERED_TARGET: answer["source"]}
+    return replace(definition, starting_kernels=kernels), ""
+
+
+def in_float32_where_halves(kept: KeptCases) -> KeptCases:
+    """An NPUKernelBench case whose reference makes float16 or bfloat16 tensors though its row
+    names no such dtype (a problem that fixes it) is run again as float32, as the rows that
+    name one are (npukernelbench's docstring says why)."""
+    definition = kept.definition
+    halves = {case.case_id: dtype for case, outcome in zip(definition.spec.cases, kept.outcomes,
+                                                           strict=True)
+              if npukernelbench.RUN_AS not in case.params
+              and (dtype := _half_dtype(outcome))}  # fmt: skip
+    if definition.reference_kind != "npukernelbench" or not halves:
+        return kept
+    run_as = {case_id: f"float32 (the reference makes {dtype})" for case_id, dtype in
+              halves.items()}  # fmt: skip
+    cases = [replace(case, dtype="float32", params={**case.params, npukernelbench.RUN_AS:
+                                                    run_as[case.case_id]})
+             if case.case_id in run_as else case for case in definition.spec.cases]  # fmt: skip
+    again = kept_cases(replace(definition, spec=replace(definition.spec, cases=cases)))
+    return replace(again, left_out=[*kept.left_out, *again.left_out])
+
+
+def _half_dtype(outcome: dict[str, Any]) -> str:
+    dtypes = [t["dtype"] for t in outcome["inputs"] + outcome["outputs"] if "dtype" in t]
+    return next((d for d in dtypes if d in npukernelbench.HALF_DTYPES), "")
 
 
 def started_before(run: ImportRun) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -26,8 +26,10 @@ from apps.operators.models import (
 from apps.operators.sandbox import ReferenceRunError, run_reference, run_reference_batch
 from apps.operators.spec import (
     CASE_DTYPE,
+    DTYPES,
     PER_CASE,
     AttributeSpec,
+    CaseSpec,
     OperatorSpec,
     SpecError,
     TensorSpec,
@@ -43,13 +45,13 @@ class ImportProblem(DomainError):
     code = "import_failed"
 
 
-def reference_outcomes(definition: OperatorDefinition) -> list[dict[str, Any]]:
-    """Run the reference on every case in the sandboxed child; what each case produced."""
+def reference_answer(definition: OperatorDefinition) -> dict[str, Any]:
+    """The sandboxed child's answer for every case, each case's error kept in its answer;
+    ImportProblem when the child failed as a whole (timed out, out of memory, crashed)."""
     try:
-        answer = run_reference(definition.runner_request())
+        return run_reference(definition.runner_request())
     except ReferenceRunError as error:
         raise ImportProblem(str(error)) from None
-    return case_outcomes(answer)
 
 
 def case_outcomes(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,21 +59,89 @@ def case_outcomes(answer: dict[str, Any]) -> list[dict[str, Any]]:
     if "error" in answer:
         raise ImportProblem(answer["error"])
     for case in answer["cases"]:
-        if case.get("error"):
-            raise ImportProblem(f"case {case['case_id']}: {case['error']}")
-        require_finite_scalars(case)
+        if reason := case_failure(case):
+            raise ImportProblem(f"case {case['case_id']}: {reason}")
     return list(answer["cases"])
 
 
-def require_finite_scalars(case: dict[str, Any]) -> None:
-    """A scalar input becomes an attribute of the operator, stored as JSON: inf and nan have
-    no JSON form, and a kernel told one as a size or a factor has nothing sound to do."""
+def case_failure(case: dict[str, Any]) -> str:
+    """Why a case's outcome cannot be stored, or ""."""
+    if case.get("error"):
+        return str(case["error"])
     for position, value in enumerate(case["inputs"]):
+        # A scalar input becomes an attribute of the operator, stored as JSON: inf and nan
+        # have no JSON form, and a kernel told one as a size or a factor has nothing sound to do.
         if "scalar" in value and not math.isfinite(value["value"]):
-            raise ImportProblem(
-                f"case {case['case_id']}: input {position} of the reference is the scalar "
-                f"{value['value']}; a scalar input becomes an attribute, which must be finite"
-            )
+            return (f"input {position} of the reference is the scalar {value['value']}; a "
+                    "scalar input becomes an attribute, which must be finite")  # fmt: skip
+    held = [t["dtype"] for t in case["inputs"] + case["outputs"] if "dtype" in t]
+    if strange := next((dtype for dtype in held if dtype not in DTYPES), None):
+        return f"{strange} cannot be represented on {', '.join(TARGET_DTYPES)}"
+    return ""
+
+
+class CasesFailed(ImportProblem):
+    """The reference failed on a case the operator cannot do without: its timing case, or all
+    of them. `reasons` has a line per case that failed."""
+
+    def __init__(self, reasons: list[str], *, timing: list[str]) -> None:
+        named = timing or reasons
+        super().__init__(named[0] if len(named) == 1 else "; ".join(named))
+        self.reasons = reasons
+
+
+@dataclass(frozen=True)
+class KeptCases:
+    definition: OperatorDefinition  # with the cases the reference ran
+    outcomes: list[dict[str, Any]]
+    left_out: list[str]  # "left out case 7: <why>", one per case left out
+
+
+def kept_cases(definition: OperatorDefinition) -> KeptCases:
+    """Run the reference on every case and keep those it ran: a case it failed on is left out,
+    saying why, unless it is a timing case or no case is left (CasesFailed)."""
+    answer = reference_answer(definition)
+    if "error" in answer:
+        raise ImportProblem(answer["error"])
+    answers = {case["case_id"]: case for case in answer["cases"]}
+    kept: list[CaseSpec] = []
+    outcomes: list[dict[str, Any]] = []
+    reasons, timing = [], []
+    for case in definition.spec.cases:
+        outcome = answers.get(case.case_id)
+        if outcome is None:
+            reason = "not run: a case before it ran out of memory"
+        elif not (reason := case_failure(outcome) or kind_mismatch(outcome, outcomes, kept)):
+            kept.append(case)
+            outcomes.append(outcome)
+            continue
+        reasons.append(f"case {case.case_id}: {reason}")
+        if case.timing:
+            timing.append(reasons[-1])
+    if timing or not kept:
+        raise CasesFailed(reasons, timing=timing)
+    spec = replace(definition.spec, cases=kept)
+    return KeptCases(replace(definition, spec=spec), outcomes,
+                     [f"left out {reason}" for reason in reasons])  # fmt: skip
+
+
+def kind_mismatch(
+    outcome: dict[str, Any], outcomes: list[dict[str, Any]], kept: list[CaseSpec]
+) -> str:
+    """Why a case cannot join the first one kept: an operator's inputs are tensors or
+    attributes, the same in every case, so one where a tensor stands for another's number (a
+    fill value given as a tensor in one row, a number in the next) is left out."""
+    if not outcomes:
+        return ""
+    for key in ("inputs", "outputs"):
+        for position, (mine, first) in enumerate(zip(outcome[key], outcomes[0][key],
+                                                     strict=False)):  # fmt: skip
+            if ("scalar" in mine) != ("scalar" in first):
+                what = "a number" if "scalar" in mine else "a tensor"
+                other = "a tensor" if "scalar" in mine else "a number"
+                return (f"its {key[:-1]} {position} is {what}, where case {kept[0].case_id}'s "
+                        f"is {other}")  # fmt: skip
+    return ""
 
 
 def with_described_tensors(
@@ -166,17 +236,6 @@ def existing_version(team: Team | None, definition: OperatorDefinition) -> Opera
     ).first()
 
 
-def operator_import(
-    *, team: Team | None, definition: OperatorDefinition, created_by: User | None = None
-) -> tuple[OperatorVersion, bool]:
-    """Store a new version unless the same content is already stored (then return that)."""
-    found = existing_version(team, definition)
-    if found is not None:
-        return found, False
-    outcomes = reference_outcomes(definition)  # outside any transaction: it may take a while
-    return version_store(team=team, definition=definition, outcomes=outcomes, created_by=created_by)
-
-
 @transaction.atomic
 def version_store(
     *,
@@ -184,8 +243,11 @@ def version_store(
     definition: OperatorDefinition,
     outcomes: list[dict[str, Any]],
     created_by: User | None,
+    content_hash: str = "",
 ) -> tuple[OperatorVersion, bool]:
-    content_hash = definition.content_hash()
+    """`content_hash`: the definition's as found, when cases were left out of it since (an
+    import that finds it again then knows it unchanged without running the reference)."""
+    content_hash = content_hash or definition.content_hash()
     definition = with_described_tensors(definition, outcomes)
     spec = definition.spec
     operator, _ = Operator.objects.select_for_update().get_or_create(

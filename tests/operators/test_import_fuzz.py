@@ -62,18 +62,22 @@ def storable(value: Any) -> bool:
     ("csv", "complaint"),
     [
         ("case_id;a\n1;" + "x" * 200_000, "not readable as CSV: field larger than field limit"),
-        ("case_id;a\n1;{1, 2}", r"'\{1, 2\}' is not a number, text"),
-        ("case_id;a\n1;1e999", "'1e999' is not a number, text"),
-        ("case_id;a\n1;b'x'", "\"b'x'\" is not a number, text"),
-        ("case_id;a\n1;'\\x00'", "is not a number, text"),
-        ("case_id;a\n1;{1: 2}", "is not a number, text"),
+        ("case_id;a\n1;1e999", "'1e999' is not a finite number"),
+        ("case_id;a\n1;2\n2;-inf", "'-inf' is not a finite number"),
     ],
 )
 def test_a_csv_cell_that_cannot_be_stored_fails_its_operator_naming_line_and_column(
     csv: str, complaint: str
 ) -> None:
-    with pytest.raises(ProblemError, match=f"^t.csv(?: line 2, column a)?: (?:.* )?{complaint}"):
+    with pytest.raises(ProblemError, match=f"^t.csv(?: line [23], column a)?: {complaint}"):
         npukernelbench.parse_test_cases(csv, where="t.csv")
+
+
+@pytest.mark.parametrize("cell", ["{1, 2}", "b'x'", "'\\x00'", "{1: 2}", "[128, 256]"])
+def test_a_cell_that_is_no_number_is_kept_as_its_text(cell: str) -> None:
+    """As pandas gives it to the suite's get_inputs (which may eval it)."""
+    [case] = npukernelbench.parse_test_cases(f"case_id;a\n1;{cell}", where="t.csv")
+    assert case.params == {"case_id": 1, "a": cell}
 
 
 def test_a_ten_thousand_case_csv_is_refused_at_the_default_limit() -> None:
@@ -254,7 +258,7 @@ BROKEN_KERNELBENCH = {
 }
 BROKEN_CSVS = [
     "case_id;a\n1;" + "x" * 200_000,
-    "case_id;a\n1;{1, 2}",
+    "case_id;a;b\n1;2",
     "case_id;shape\n" + "".join(f"{n};[1]\n" for n in range(10_000)),
     "case_id;a\n1;1e999",
 ]

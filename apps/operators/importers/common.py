@@ -29,6 +29,9 @@ class FoundProblem:
     failure: str = ""  # set when the problem is malformed
     skip_reason: str = ""  # set when the file is not a problem at all
     sort_key: tuple[int, int, str] = (0, 0, "")
+    # Tried in order when the definition's reference fails (KernelBench: other sizes).
+    fallbacks: tuple[OperatorDefinition, ...] = ()
+    left_out: tuple[str, ...] = ()  # rows left out on reading, each with why
 
 
 def label_of(path: Path, *, root: Path) -> str:

@@ -13,6 +13,7 @@ from apps.devices.evaluator import EVAL_BOUNDS
 from apps.devices.reference_bench import REFERENCE_BENCHMARK
 from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
 from apps.runs.bench import KernelsOptions, default_out_dir, kernels_benchmark_for
+from apps.runs.suite_bench import SuiteOptions, suite_benchmark_for
 from apps.workbench.bench import WEB_BENCHMARK
 
 
@@ -22,8 +23,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "name",
-            choices=sorted([*BENCHMARKS, "retrieval", "kernels", "web", "reference"]),
+            choices=sorted([*BENCHMARKS, "retrieval", "kernels", "suite", "web", "reference"]),
             help="what to measure",
+        )
+        parser.add_argument(
+            "path", nargs="?", default="", help="suite: the folder of a KernelBench or "
+            "NPUKernelBench checkout (or one level of it) to import and optimize",
+        )  # fmt: skip
+        parser.add_argument(
+            "--format", default=None, choices=["kernelbench", "npukernelbench"],
+            help="suite: the folder's layout (detected when left out)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--scale", type=float, default=1.0, help="suite: KernelBench size factor (0 to 1]"
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
@@ -36,7 +48,10 @@ class Command(BaseCommand):
             "--cases", type=int, default=DEFAULT_CASES, help="synthetic cases (retrieval)"
         )
         parser.add_argument(
-            "--operators", default=None, help="kernels: comma list of built-in operators (all)"
+            "--operators",
+            default=None,
+            help="kernels: comma list of built-in operators (all); suite: of imported operators "
+            "or problems (all)",
         )
         parser.add_argument("--rounds", type=int, default=30, help="kernels: rounds per operator")
         parser.add_argument(
@@ -84,10 +99,21 @@ def option_problem(options: dict[str, Any]) -> str | None:
         return "--cases must be at least 1"
     if options["operators"] is not None and not operator_slugs(options["operators"]):
         return "--operators names no operator"  # left out, it means all of them
+    if options["name"] == "suite" and not options["path"]:
+        return "bench suite needs the folder to import: bench suite PATH"
+    if options["path"] and options["name"] != "suite":
+        return f"bench {options['name']} takes no folder (only bench suite does)"
     if options["name"] == "kernels":
         return unwritable_folder("--out", Path(options["out"]) if options["out"]
                                  else default_out_dir())  # fmt: skip
     return None
+
+
+def suite_options(options: dict[str, Any]) -> SuiteOptions:
+    chosen = operator_slugs(options["operators"]) if options["operators"] else None
+    return SuiteOptions(path=options["path"], fmt=options["format"], scale=options["scale"],
+                        operators=chosen, rounds=options["rounds"],
+                        repeats=options["timed_calls"])  # fmt: skip
 
 
 def operator_slugs(names: str) -> list[str]:
@@ -96,7 +122,7 @@ def operator_slugs(names: str) -> list[str]:
 
 # The web benchmark makes and migrates a database of its own; the evaluator's reads the
 # built-in operators, as the others do.
-USES_THE_DATABASE = ("kernels", "retrieval", "reference", "evaluator")
+USES_THE_DATABASE = ("kernels", "suite", "retrieval", "reference", "evaluator")
 
 
 def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
@@ -110,6 +136,7 @@ def all_benchmarks(options: dict[str, Any]) -> dict[str, Benchmark]:
     return BENCHMARKS | {
         "retrieval": retrieval_benchmark_for(options["cases"]),
         "kernels": kernels_benchmark_for(kernels),
+        "suite": suite_benchmark_for(suite_options(options)),
         "web": WEB_BENCHMARK,
         "reference": REFERENCE_BENCHMARK,
     }

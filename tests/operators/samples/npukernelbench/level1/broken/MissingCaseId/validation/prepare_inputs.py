@@ -1,12 +1,20 @@
 import torch
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
 
 def get_inputs(param, device=None):
-    x = torch.randn(param["shape"], dtype=DTYPES[param["dtype"]])
-    return [x.to(device) if device else x]
+    """
+    Generate input tensors for the model based on parameters from DataFrame row.
+    """
+    shape = eval(param.get('shape', '[1]'))
+    dtype_str = param.get('dtype', 'float16')
+    dtype = getattr(torch, dtype_str)
+
+    x = torch.randn(shape, device=device, dtype=dtype)
+    return [x]
 
 
 def get_init_inputs(param, device=None):
+    """
+    Extract initialization parameters for the model from DataFrame row.
+    """
     return []
