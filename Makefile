@@ -21,6 +21,7 @@ install: $(STAMP)
 # constraints.txt pins every dependency at the versions the suite last passed with, so a
 # release upstream cannot change a fresh install; `make upgrade-deps` moves the pins on.
 $(STAMP): pyproject.toml constraints.txt
+	@date -u '+[%T] install'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
@@ -51,10 +52,12 @@ browser:
 	  else echo "missing and not root:$$missing (their tests will be skipped)"; fi; fi
 
 lint:
+	@date -u '+[%T] lint'
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 typecheck:
+	@date -u '+[%T] typecheck'
 	$(VENV)/bin/mypy apps kope_web loadtest
 
 # Two test processes by default (pytest-xdist): most long tests wait on the processes they
@@ -62,6 +65,7 @@ typecheck:
 PYTEST_WORKERS ?= 2
 
 pytest:
+	@date -u '+[%T] pytest'
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # A team's load on a throwaway stack under /tmp (loopback only): the base profile, then double.
