@@ -436,9 +436,11 @@ def copy_inputs_for_repeats(workspace: Workspace, runs: list[Run]) -> None:
 
 
 def harness_limits(options: EvalSettings, workspace: Workspace, manifest: dict[str, Any]) -> Limits:
-    """The file-size limit leaves room for the largest output the kernel legitimately writes."""
+    """The file-size limit leaves room for the largest output the kernel legitimately writes;
+    the open-file limit for every run's files, which the harness opens before its filter."""
     runs = manifest.get("runs") or [manifest["timing"]["run"]]
     outputs = [m for run in runs for m in run["outputs"]]
+    run_files = sum(len(run["inputs"]) + len(run["outputs"]) for run in runs)
     largest_output = max((output_bytes(m) for m in outputs), default=0)
     largest_file = max((p.stat().st_size for p in workspace.sandbox.iterdir()), default=0)
     largest = max(largest_output, largest_file)
@@ -446,6 +448,7 @@ def harness_limits(options: EvalSettings, workspace: Workspace, manifest: dict[s
         cpu_s=settings.KOPE_EVAL_TIMEOUT_S * max(1, options.threads),
         memory_mb=settings.KOPE_EVAL_MEMORY_MB,
         file_size_mb=max(64, largest // 2**20 * 2 + 16),
+        open_files=max(Limits.open_files, run_files + 64),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -37,6 +38,7 @@ from tests.workbench.test_live_events import process_env
 
 CORRECTNESS_ONLY = EvalSettings(seeds=3, timing=False)
 KERNELS = Path(__file__).resolve().parent / "adversarial"
+ROOT = Path(__file__).resolve().parents[2]
 EVALUATIONS_AT_ONCE = max(2, min(4, os.cpu_count() or 2))
 
 
@@ -64,6 +66,25 @@ def test_every_naive_kernel_of_the_builtin_suite_passes_every_case(db: None) -> 
         elif verdict["correct"]["runs"] != expected_runs:
             failures.append(f"{folder.spec.slug}: {verdict['correct']['runs']} runs")
     assert not failures, "\n".join(failures)
+
+
+def test_runs_larger_together_than_the_memory_limit_are_judged_one_at_a_time(
+    db: None, settings: Any
+) -> None:
+    """Every seed of every case of a real suite's problem can add up to more than the
+    harness may map; only the run being called is mapped."""
+    settings.KOPE_EVAL_MEMORY_MB = 512
+    stored = operator_under_test(stored_builtin("vector_add"))
+    n = 4 * 2**20  # three 16 MiB arrays a run; eight cases, two seeds each: 768 MiB in all
+    cases = [{"case_id": f"big{i}", "params": {"n": n + i}, "dtype": "float32", "timing": False,
+              "unsupported_targets": []} for i in range(8)]  # fmt: skip
+    operator = dataclasses.replace(stored, cases=cases)
+    naive = (ROOT / "apps" / "operators" / "builtin" / "vector_add" / "naive.c").read_text()
+
+    verdict = evaluate_candidate(operator, naive, EvalSettings(seeds=2, timing=False))
+
+    assert verdict["status"] == "correct", verdict["reason"]
+    assert verdict["correct"]["runs"] >= 16
 
 
 def test_compiler_errors_come_back_with_file_line_column_and_source() -> None:

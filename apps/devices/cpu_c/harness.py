@@ -21,6 +21,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -141,25 +142,60 @@ def load_kernel(path: str) -> Any:
 
 
 def correctness(manifest: dict[str, Any]) -> dict[str, Any]:
-    prepared = []
-    for run in manifest["runs"]:
-        inputs = [mapped(m, "r+") for m in run["inputs"]]  # the judge compares these files after
-        outputs = [mapped(m, "w+") for m in run["outputs"]]
-        prepared.append((run, inputs, outputs))
+    """Every file is opened before the filter (nothing may open one after it), but a run's
+    files are mapped only while it is called: an evaluation's runs together (every seed of
+    every case) can be far larger than the memory limit."""
+    opened = [(run, [open_run_file(m, "input") for m in run["inputs"]],
+               [open_run_file(m, "output") for m in run["outputs"]])
+              for run in manifest["runs"]]  # fmt: skip
     confine_calls(int(manifest["threads"]))  # before any candidate code is loaded
     kernel = load_kernel(manifest["kernel_so"])
     statuses = {}
-    for run, inputs, outputs in prepared:
-        for array in outputs:
-            blank(array)
-        say(f"start {run['run_id']}")
-        status = Call(kernel, inputs, outputs, run["attrs"])()
-        for array in inputs + outputs:
-            if isinstance(array, np.memmap):
-                array.flush()
-        statuses[run["run_id"]] = status
-        say(f"done {run['run_id']} {status}")
+    for run, input_files, output_files in opened:
+        statuses[run["run_id"]] = correctness_run(kernel, run, input_files, output_files)
     return {"statuses": statuses}
+
+
+def correctness_run(kernel: Any, run: dict[str, Any], input_files: list[RunFile],
+                    output_files: list[RunFile]) -> int:  # fmt: skip
+    inputs = [f.mapped() for f in input_files]  # the judge compares these files after
+    outputs = [f.mapped() for f in output_files]
+    for array in outputs:
+        blank(array)
+    say(f"start {run['run_id']}")
+    status = Call(kernel, inputs, outputs, run["attrs"])()
+    for array in inputs + outputs:
+        if isinstance(array, np.memmap):
+            array.flush()
+    say(f"done {run['run_id']} {status}")
+    return status
+
+
+@dataclass
+class RunFile:
+    """One of a run's files, open for reading and writing; None where it has no elements."""
+
+    meta: dict[str, Any]
+    fd: int | None
+
+    def mapped(self) -> np.ndarray:
+        shape, dtype = tuple(self.meta["shape"]), np.dtype(self.meta["dtype"])
+        if self.fd is None:
+            return np.zeros(shape, dtype=dtype)
+        with open(self.fd, "r+b", closefd=False) as handle:
+            return np.memmap(handle, dtype=dtype, mode="r+", shape=shape)
+
+
+def open_run_file(meta: dict[str, Any], role: str) -> RunFile:
+    """An output file is made here at its full size, as the judge reads it after."""
+    size = int(np.prod(meta["shape"], dtype=np.int64)) * np.dtype(meta["dtype"]).itemsize
+    if size == 0:
+        return RunFile(meta, None)
+    if role == "input":
+        return RunFile(meta, os.open(meta["file"], os.O_RDWR))
+    fd = os.open(meta["file"], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.ftruncate(fd, size)
+    return RunFile(meta, fd)
 
 
 # --- timing: the judge's clock, candidate and reference alternated on the same inputs --------
