@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -30,6 +31,7 @@ import signal
 import sys
 import traceback
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -99,6 +101,10 @@ class FlatInputs(torch.nn.Module):
         return tuple(leaves)
 
 
+def case_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
 def with_flat_inputs(reference: Reference) -> Reference:
     """The reference with its inputs and outputs as flat lists of tensors and numbers, the
     kernel's view: a problem whose forward takes lists of tensors (NPUKernelBench's Foreach
@@ -106,19 +112,16 @@ def with_flat_inputs(reference: Reference) -> Reference:
     depends on its params only, so it is kept per params from the last make_inputs."""
     structures: dict[str, Any] = {}
 
-    def key(params: dict[str, Any]) -> str:
-        return json.dumps(params, sort_keys=True, default=str)
-
     def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
         leaves: list[Any] = []
         made = list(reference.make_inputs(params, generator))
-        structures[key(params)] = flattened(made, leaves)
+        structures[case_key(params)] = flattened(made, leaves)
         return leaves
 
     def structure_for(params: dict[str, Any]) -> Any:
-        if key(params) not in structures:
+        if case_key(params) not in structures:
             make_inputs(params, torch.Generator().manual_seed(0))
-        return structures[key(params)]
+        return structures[case_key(params)]
 
     def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
         leaves: list[Any] = []
@@ -246,7 +249,9 @@ def is_literal_size(node: ast.expr) -> bool:
 
 
 def load_kernelbench(source: dict[str, Any]) -> Reference:
-    with OnTheCpu():
+    # Only a problem written for a GPU pays the mode's cost on each torch call it makes.
+    on_the_cpu = OnTheCpu if "cuda" in source["problem"] else contextlib.nullcontext
+    with on_the_cpu():
         module = exec_module("problem", source["problem"])
     scale_size_constants(module, float(source.get("scale", 1.0)))
     derived = derived_assignments(source["problem"])
@@ -255,20 +260,21 @@ def load_kernelbench(source: dict[str, Any]) -> Reference:
     def model(params: dict[str, Any]) -> torch.nn.Module:
         use_case_sizes(module, params, derived)
         torch.manual_seed(0)  # parameters of nn layers are the same on every run
-        with OnTheCpu():
+        with on_the_cpu():
             built: torch.nn.Module = module.Model(*module.get_init_inputs()).eval()
         return built.float() if has_halves(built) else built
 
     def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
         use_case_sizes(module, params, derived)
         torch.manual_seed(int(generator.initial_seed()))
-        with OnTheCpu():
-            inputs = upcast_halves(list(module.get_inputs()))
+        with on_the_cpu():
+            inputs = upcast_half(list(module.get_inputs()))
         return [*inputs, *state_of(model(params))]
 
     def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
-        with torch.no_grad(), OnTheCpu():
-            return upcast_halves(as_list(called_with_state(model(params), inputs)))
+        with torch.no_grad(), on_the_cpu():
+            outputs: list[Any] = upcast_half(as_list(forward_with_state(model(params), inputs)))
+        return outputs
 
     return with_flat_inputs(Reference(make_inputs, compute, model=lambda p: StateAsInputs(
         model(p))))  # fmt: skip
@@ -282,6 +288,11 @@ def load_kernelbench(source: dict[str, Any]) -> Reference:
 # The reference computes with the tensors it is given (torch.func.functional_call).
 
 
+ModelTensors = weakref.WeakKeyDictionary[torch.nn.Module, list[torch.Tensor]]
+MODEL_STATE: ModelTensors = weakref.WeakKeyDictionary()  # the model's own tensor objects
+AS_BUILT: ModelTensors = weakref.WeakKeyDictionary()  # their values when it was built
+
+
 def built_once_per_case(
     build: Callable[[dict[str, Any]], torch.nn.Module],
 ) -> Callable[[dict[str, Any]], torch.nn.Module]:
@@ -290,9 +301,10 @@ def built_once_per_case(
     built: dict[str, torch.nn.Module] = {}
 
     def model(params: dict[str, Any]) -> torch.nn.Module:
-        key = json.dumps(params, sort_keys=True, default=str)
+        key = case_key(params)
         if key not in built:
             built[key] = build(params)
+            AS_BUILT[built[key]] = [t.detach().clone() for _, t in state_items(built[key])]
         return built[key]
 
     return model
@@ -303,16 +315,31 @@ def state_items(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 def state_of(model: torch.nn.Module) -> list[torch.Tensor]:
-    """Copies: a kernel that writes to one changes no model."""
-    return [tensor.detach().clone() for _, tensor in state_items(model)]
+    """Copies of the state as the model was built: a kernel that writes to one changes no
+    model, and no later draw (forward_with_state binds the model to the tensors it is given)."""
+    return [tensor.clone() for tensor in AS_BUILT[model]]
 
 
 def called_with_state(model: torch.nn.Module, inputs: list[Any]) -> Any:
-    """The model's forward on the inputs before its state, with the state given after them."""
+    """The model's forward on the inputs before its state, with the state given after them,
+    as torch.export can trace it."""
     names = [name for name, _ in state_items(model)]
     own = inputs[: len(inputs) - len(names)]
     state = dict(zip(names, inputs[len(own) :], strict=True))
     return torch.func.functional_call(model, state, tuple(own))
+
+
+def forward_with_state(model: torch.nn.Module, inputs: list[Any]) -> Any:
+    """called_with_state at the cost of the forward alone, what PyTorch eager's time is: each
+    parameter and buffer takes the given tensor's storage (no copy), once for a given tensor.
+    functional_call swaps every parameter in and out on each call, which cost more than a
+    small problem's whole forward."""
+    state = MODEL_STATE.setdefault(model, [tensor for _, tensor in state_items(model)])
+    own = inputs[: len(inputs) - len(state)]
+    for tensor, given in zip(state, inputs[len(own) :], strict=True):
+        if tensor.data_ptr() != given.data_ptr() or tensor.shape != given.shape:
+            tensor.data = given
+    return model(*own)
 
 
 class StateAsInputs(torch.nn.Module):
@@ -330,7 +357,7 @@ class StateAsInputs(torch.nn.Module):
 class OnTheCpu(torch.overrides.TorchFunctionMode):
     """A KernelBench problem written for a GPU (`device="cuda"`, `.cuda()`, `.to("cuda")`)
     runs on the CPU, where the reference runs; its half-precision tensors are widened to
-    float32 (upcast_halves), what a cpu-c kernel takes."""
+    float32 (upcast_half), what a cpu-c kernel takes."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
@@ -395,13 +422,8 @@ def _float32_named(cell: str) -> str:
     return prefix + HALF_NAMES[name] if name in HALF_NAMES else cell
 
 
-def upcast_halves(values: list[Any]) -> list[Any]:
-    """float16 and bfloat16 tensors a problem makes whatever the row says, as float32 (in lists
-    of tensors too)."""
-    return [upcast_half(v) for v in values]
-
-
 def upcast_half(value: Any) -> Any:
+    """float16 and bfloat16 tensors as float32, in lists and tuples of them too."""
     if isinstance(value, list | tuple):
         return type(value)(upcast_half(item) for item in value)
     if isinstance(value, torch.Tensor) and value.dtype in HALF_DTYPES:
@@ -477,13 +499,13 @@ def load_npukernelbench(source: dict[str, str]) -> Reference:
     def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
         torch.manual_seed(int(generator.initial_seed()))
         inputs = list(prepare.get_inputs(suite_row(params), device=None))
-        return [*(upcast_halves(inputs) if RUN_AS in params else inputs),
+        return [*(upcast_half(inputs) if RUN_AS in params else inputs),
                 *state_of(model(params))]  # fmt: skip
 
     def compute(inputs: list[Any], params: dict[str, Any]) -> list[Any]:
         with torch.no_grad():
-            outputs = as_list(called_with_state(model(params), inputs))
-        return upcast_halves(outputs) if RUN_AS in params else outputs
+            outputs = as_list(forward_with_state(model(params), inputs))
+        return upcast_half(outputs) if RUN_AS in params else outputs
 
     custom = getattr(prepare, "custom_check_precision", None)
 
