@@ -134,25 +134,48 @@ def reduce_window(
     windows: list[tuple[str, Any, int]],
 ) -> None:
     """Max over each window (start, size, dilation per dim), with the argmax's plane index."""
-    xs = symbols("x", nd)
     with k.op(node):
         o = pool_loops(k, source, shape, nd)
-        k.line(f"{source.ctype} best = {'-INFINITY' if is_float(source.dtype) else 'INT64_MIN'};")
-        k.line("int64_t at = -1;")
+        start_max(k, source)
         open_loops(k, [f"k{d}" for d in range(nd)], [w[1] for w in windows])
         for d, (start, _, dilation) in enumerate(windows):
             k.line(f"const int64_t x{d} = {start} + k{d} * {dilation};")
             k.line(f"if (x{d} < 0 || x{d} >= {c_int(source.dims[-nd + d])}) continue;")
-        k.line(f"const {source.ctype} v = {source.at(plane_offset(source, nd, xs))};")
-        position = c_int(row_major_offset(source.dims[-nd:], xs))
-        nan = " || v != v" if is_float(source.dtype) else ""
-        k.line(f"if (at < 0 || v > best{nan}) {{ best = v; at = {position}; }}")
+        keep_max(k, source, nd)
         close_loops(k, nd)
-        if values is not None:
-            k.line(f"{values.at(plane_offset(values, nd, o))} = best;")
-        if indices is not None:
-            k.line(f"{indices.at(plane_offset(indices, nd, o))} = at;")
+        store_max(k, values, indices, nd, o)
         close_loops(k, nd + 1)
+
+
+def start_max(k: Kernel, source: Buffer) -> None:
+    k.line(f"{source.ctype} best = {'-INFINITY' if is_float(source.dtype) else 'INT64_MIN'};")
+    k.line("int64_t at = -1;")
+
+
+def keep_max(k: Kernel, source: Buffer, nd: int) -> None:
+    """At window position x0..x{nd-1}: the largest value so far (NaN wins, as in PyTorch) and
+    its index in the plane."""
+    xs = symbols("x", nd)
+    k.line(f"const {source.ctype} v = {source.at(plane_offset(source, nd, xs))};")
+    position = c_int(row_major_offset(source.dims[-nd:], xs))
+    nan = " || v != v" if is_float(source.dtype) else ""
+    k.line(f"if (at < 0 || v > best{nan}) {{ best = v; at = {position}; }}")
+
+
+def store_max(k: Kernel, values: Buffer | None, indices: Buffer | None, nd: int,
+              o: list[sympy.Expr]) -> None:  # fmt: skip
+    if values is not None:
+        k.line(f"{values.at(plane_offset(values, nd, o))} = best;")
+    if indices is not None:
+        k.line(f"{indices.at(plane_offset(indices, nd, o))} = at;")
+
+
+def sum_window(k: Kernel, source: Buffer, nd: int) -> None:
+    """acc: the sum over x{d} from start{d} to end{d} in every dim."""
+    k.line("double acc = 0;")
+    for d in range(nd):
+        k.line(f"for (int64_t x{d} = start{d}; x{d} < end{d}; ++x{d})")
+    k.line(f"    acc += {source.at(plane_offset(source, nd, symbols('x', nd)))};")
 
 
 lowers(aten.max_pool2d_with_indices.default)(lambda k, node: max_pool(k, node, 2))
@@ -166,7 +189,6 @@ def avg_pool(k: Kernel, node: torch.fx.Node, nd: int) -> None:
     stride = per_dim(args["stride"], nd) if args["stride"] else kernel
     padding = per_dim(args["padding"], nd)
     out = k.new_buffer(node)
-    xs = symbols("x", nd)
     with k.op(node):
         o = pool_loops(k, source, out, nd)
         k.line("int64_t window = 1, inside = 1;")
@@ -178,10 +200,7 @@ def avg_pool(k: Kernel, node: torch.fx.Node, nd: int) -> None:
             k.line(f"start{d} = kope_max(start{d}, 0);")
             k.line(f"end{d} = kope_min(end{d}, {size});")
             k.line(f"inside *= end{d} - start{d};")
-        k.line("double acc = 0;")
-        for d in range(nd):
-            k.line(f"for (int64_t x{d} = start{d}; x{d} < end{d}; ++x{d})")
-        k.line(f"    acc += {source.at(plane_offset(source, nd, xs))};")
+        sum_window(k, source, nd)
         if args.get("divisor_override"):
             divisor = literal(args["divisor_override"], torch.float64)
         else:
@@ -205,14 +224,10 @@ def adaptive_bounds(k: Kernel, source: Buffer, out: Buffer, nd: int) -> None:
 def adaptive_avg_pool(k: Kernel, node: torch.fx.Node, nd: int) -> None:
     source = k.value(node.args[0])
     out = k.new_buffer(node)
-    xs = symbols("x", nd)
     with k.op(node):
         o = pool_loops(k, source, out, nd)
         adaptive_bounds(k, source, out, nd)
-        k.line("double acc = 0;")
-        for d in range(nd):
-            k.line(f"for (int64_t x{d} = start{d}; x{d} < end{d}; ++x{d})")
-        k.line(f"    acc += {source.at(plane_offset(source, nd, xs))};")
+        sum_window(k, source, nd)
         count = " * ".join(f"(end{d} - start{d})" for d in range(nd))
         k.line(f"{out.at(plane_offset(out, nd, o))} = ({out.ctype})(acc / (double)({count}));")
         close_loops(k, nd + 1)
@@ -228,23 +243,15 @@ def adaptive_max_pool(k: Kernel, node: torch.fx.Node, nd: int) -> None:
     indices = k.new_buffer(node, 1) if k.tuple_item(node, 1) else None
     shape = values or indices
     assert shape is not None
-    windows = [(f"start{d}", f"end{d} - start{d}", 1) for d in range(nd)]
-    xs = symbols("x", nd)
     with k.op(node):
         o = pool_loops(k, source, shape, nd)
         adaptive_bounds(k, source, shape, nd)
-        k.line(f"{source.ctype} best = -INFINITY;")
-        k.line("int64_t at = -1;")
-        for d, (start, size, _) in enumerate(windows):
-            k.line(f"for (int64_t x{d} = {start}; x{d} < {start} + {size}; ++x{d})")
+        start_max(k, source)
+        for d in range(nd):
+            k.line(f"for (int64_t x{d} = start{d}; x{d} < end{d}; ++x{d})")
         with k.block(""):
-            k.line(f"const {source.ctype} v = {source.at(plane_offset(source, nd, xs))};")
-            position = c_int(row_major_offset(source.dims[-nd:], xs))
-            k.line(f"if (at < 0 || v > best || v != v) {{ best = v; at = {position}; }}")
-        if values is not None:
-            k.line(f"{values.at(plane_offset(values, nd, o))} = best;")
-        if indices is not None:
-            k.line(f"{indices.at(plane_offset(indices, nd, o))} = at;")
+            keep_max(k, source, nd)
+        store_max(k, values, indices, nd, o)
         close_loops(k, nd + 1)
 
 
