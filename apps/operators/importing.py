@@ -36,6 +36,7 @@ from apps.operators.services import (
     CasesFailed,
     ImportProblem,
     KeptCases,
+    case_unsupported_targets,
     existing_version,
     kept_cases,
     suite_set,
@@ -297,7 +298,7 @@ def store_problem(
             if "ran out of memory" in failure.message:  # larger sizes only need more
                 break
             continue
-        definition, no_start = with_lowered_start(kept.definition)
+        definition, no_start = with_lowered_start(kept.definition, kept.outcomes)
         version, created = version_store(team=team, definition=definition,
                                          outcomes=kept.outcomes, created_by=user,
                                          content_hash=candidate.content_hash())  # fmt: skip
@@ -313,18 +314,32 @@ def store_problem(
     raise ImportProblem("the reference fails at every size tried: " + "; ".join(tried))
 
 
-def with_lowered_start(definition: OperatorDefinition) -> tuple[OperatorDefinition, str]:
+def with_lowered_start(
+    definition: OperatorDefinition, outcomes: list[dict[str, Any]]
+) -> tuple[OperatorDefinition, str]:
     """The definition with a naive starting kernel for LOWERED_TARGET, its reference Model
     lowered to C in the sandbox (apps/operators/lowering), so the offline policy can start on
     an imported problem; else the report's note saying what stopped the lowering."""
     if LOWERED_TARGET in definition.starting_kernels:
         return definition, ""
+    request = definition.runner_request() | {"mode": "lower"}
+    cases = zip(definition.spec.cases, outcomes, strict=True)
+    supported = {
+        case.case_id
+        for case, outcome in cases
+        if LOWERED_TARGET not in case_unsupported_targets(case.dtype, outcome)
+    }
+    request["cases"] = [c for c in request["cases"] if c["case_id"] in supported]
+    if not request["cases"]:
+        return definition, f"no starting kernel: no case {LOWERED_TARGET} can represent"
     try:
-        answer = run_reference(definition.runner_request() | {"mode": "lower"})
+        answer = run_reference(request)
     except ReferenceRunError as error:
         return definition, f"no starting kernel: {error}"
     kernels = {**definition.starting_kernels, LOWERED_TARGET: answer["source"]}
-    return replace(definition, starting_kernels=kernels), ""
+    left_out = "; ".join(answer.get("left_out", []))
+    note = f"the starting kernel leaves out some kinds of call: {left_out}" if left_out else ""
+    return replace(definition, starting_kernels=kernels), note
 
 
 def in_float32_where_halves(kept: KeptCases) -> KeptCases:

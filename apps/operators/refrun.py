@@ -12,8 +12,8 @@ runner answers each order with one line, how the child ended.
 Request: {"kind": "kope"|"kernelbench"|"npukernelbench", "source": {...}, "cases": [...],
           "seed": int, "kernel_so": path|null, "attributes": [[float]], "max_abs", "max_rel"}
 Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...}}]}
-With "mode": "lower", the answer is the Model lowered to a naive C kernel for the first case
-(apps/operators/lowering): {"source": str} or {"error": str}.
+With "mode": "lower", the answer is the Model lowered to a naive C kernel for the cases
+(apps/operators/lowering): {"source": str, "left_out": [str]} or {"error": str}.
 A request {"batch": [request, ...]} is answered {"batch": [answer, ...]}.
 """
 
@@ -101,7 +101,7 @@ class FlatInputs(torch.nn.Module):
         return tuple(leaves)
 
 
-def case_key(params: dict[str, Any]) -> str:
+def case_key(params: Any) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
@@ -669,18 +669,45 @@ def load_kernel(path: str | None) -> Any:
     return kernel
 
 
-def lowered(reference: Reference, case: dict[str, Any]) -> dict[str, Any]:
-    """The reference's model, built and given inputs as for `case`, lowered to a naive C
-    kernel: {"source": ...}, or {"error": ...} naming what stopped it."""
-    from apps.operators.lowering import LoweringError, lower_module
+def lowered(reference: Reference, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reference's model lowered to a naive C kernel for every kind of call the cases
+    make: {"source": ..., "left_out": [why, ...]}, or {"error": ...} naming what stopped it."""
+    from apps.operators.lowering import LoweringError, lower_variants
 
     if reference.model is None:
         return {"error": "the reference is no Model to lower (a KOPE reference function)"}
-    inputs = reference.make_inputs(case["params"], torch.Generator().manual_seed(0))
+    examples = [(reference.model(case["params"]), inputs)
+                for case, inputs in variant_cases(reference, cases)]  # fmt: skip
     try:
-        return {"source": lower_module(reference.model(case["params"]), inputs)}
+        source, left_out = lower_variants(examples)
     except LoweringError as error:
         return {"error": str(error)}
+    return {"source": source, "left_out": left_out}
+
+
+MAX_VARIANTS = 8
+
+
+Example = tuple[dict[str, Any], list[Any]]  # a case and the inputs made for it
+
+
+def variant_cases(reference: Reference, cases: list[dict[str, Any]]) -> list[Example]:
+    """The first case of each kind of call, with its inputs: one trace covers every size of
+    its ranks, but not another rank or dtype, a size of 1 (torch.export fixes those) or
+    another scalar value. (A setting the model is built with, such as an NPUKernelBench row's
+    `n`, is no part of the call: a kernel cannot tell two cases apart by it.)"""
+    chosen: dict[str, Example] = {}
+    for case in cases:
+        inputs = reference.make_inputs(case["params"], torch.Generator().manual_seed(0))
+        chosen.setdefault(call_kind(inputs), (case, inputs))
+        if len(chosen) == MAX_VARIANTS:
+            break
+    return list(chosen.values())
+
+
+def call_kind(inputs: list[Any]) -> str:
+    return case_key([(str(v.dtype), [d == 1 for d in v.shape]) if isinstance(v, torch.Tensor)
+                     else v for v in inputs])  # fmt: skip
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:
@@ -692,7 +719,7 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     if mode == "check":
         return {"checks": [custom_check(reference, item) for item in request["checks"]]}
     if mode == "lower":
-        return lowered(reference, request["cases"][0])
+        return lowered(reference, request["cases"])
     kernel = load_kernel(request.get("kernel_so"))
     answers = []
     for index, case in enumerate(request["cases"]):

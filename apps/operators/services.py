@@ -282,15 +282,16 @@ def _cases(
             version=version, position=position, case_id=case.case_id, params=case.params,
             dtype=case.dtype, timing=case.timing, inputs=outcome["inputs"],
             outputs=outcome["outputs"],
-            unsupported_targets=unsupported_targets(_dtypes(case.dtype, outcome)),
+            unsupported_targets=case_unsupported_targets(case.dtype, outcome),
         )
         for position, (case, outcome) in enumerate(zip(spec.cases, outcomes, strict=True))
     ]  # fmt: skip
 
 
-def _dtypes(case_dtype: str, outcome: dict[str, Any]) -> set[str]:
+def case_unsupported_targets(case_dtype: str, outcome: dict[str, Any]) -> list[str]:
+    """The targets that cannot represent a case's dtypes (its inputs' and outputs')."""
     tensors = outcome.get("inputs", []) + outcome["outputs"]
-    return {case_dtype, *(t["dtype"] for t in tensors if "dtype" in t)}
+    return unsupported_targets({case_dtype, *(t["dtype"] for t in tensors if "dtype" in t)})
 
 
 @transaction.atomic

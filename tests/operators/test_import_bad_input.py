@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from apps.reports.knowledge import ImportFileError
 from apps.reports.models import Export
 from apps.reports.services import knowledge_import
 from tests.factories import MembershipFactory
+from tests.operators.conftest import SAMPLES
 from tests.operators.test_spec import GOOD as SPEC
 
 # ---------------------------------------------------------------------------------------------
@@ -233,3 +235,18 @@ def test_a_knowledge_file_with_two_rules_of_one_id_is_refused(other_team: Team) 
     reason = refused(other_team, json.dumps(data).encode())
 
     assert reason == "kb.json: rules[1].id: 1 is also rules[0].id"
+
+
+def test_two_npukernelbench_operators_of_one_name_are_told_apart_by_category(
+    tmp_path: Path,
+) -> None:
+    """The real suite's level 2 has SwiGlu under Activation and under Math."""
+    relu = SAMPLES / "npukernelbench" / "level1" / "activation" / "Relu"
+    for category in ("Activation", "Math"):
+        shutil.copytree(relu, tmp_path / "level2" / category / "SwiGlu")
+    shutil.copytree(relu, tmp_path / "level2" / "Math" / "Relu")
+
+    slugs = [found.definition.spec.slug for found in npukernelbench.discover(tmp_path)
+             if found.definition is not None]  # fmt: skip
+
+    assert sorted(slugs) == ["npu_l2_activation_swi_glu", "npu_l2_math_swi_glu", "npu_l2_relu"]

@@ -101,3 +101,30 @@ def test_scalar_input_is_an_attribute(tmp_path: Path) -> None:
 
     source = check_lowering(Scaled(), make, [{"n": 4}, {"n": 9}], tmp_path)
     assert "attrs[n_attrs - 1]" in source
+
+
+class IsInfAsFloat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.isinf(x).to(x.dtype) + torch.isnan(x).to(x.dtype)
+
+
+def test_a_predicate_is_0_or_1_even_where_c_gives_another_nonzero(tmp_path: Path) -> None:
+    """glibc's isinf(-INFINITY) is -1, which became 255 in a bool."""
+
+    def inputs(n: int) -> list[Any]:
+        x = torch.randn(n)
+        x[::3], x[1::3] = float("-inf"), float("inf")
+        x[2] = float("nan")
+        return [x]
+
+    check_lowering(IsInfAsFloat(), inputs, [{"n": 12}, {"n": 7}], tmp_path)
+
+
+class FilledWithItem(nn.Module):
+    def forward(self, x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(x, value.item()) + x * 0
+
+
+def test_a_value_read_with_item_is_read_when_the_kernel_runs(tmp_path: Path) -> None:
+    check_lowering(FilledWithItem(), lambda n, v: [torch.randn(n, 3), torch.tensor(v)],
+                   [{"n": 4, "v": 2.5}, {"n": 5, "v": -7.0}], tmp_path)  # fmt: skip

@@ -27,6 +27,7 @@ import csv
 import io
 import math
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -72,24 +73,33 @@ FLOAT_CELL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|
 
 def discover(root: Path) -> list[FoundProblem]:
     folders = sorted({p.parent.parent for p in root.rglob("validation/module.py")})
-    found = [found_problem(folder, root=root) for folder in folders]
-    return found
+    names = Counter((level_of(folder), folder.name) for folder in folders)
+    # The suite has an operator of one name in two categories (level2's Activation/SwiGlu and
+    # Math/SwiGlu): those two are told apart by their category.
+    return [found_problem(folder, root=root,
+                          by_category=names[level_of(folder), folder.name] > 1)
+            for folder in folders]  # fmt: skip
 
 
-def found_problem(folder: Path, *, root: Path) -> FoundProblem:
+def level_of(folder: Path) -> int:
+    return level_from_path(folder) or 1  # the nearest levelN folder, even above root
+
+
+def found_problem(folder: Path, *, root: Path, by_category: bool = False) -> FoundProblem:
     label = label_of(folder, root=root)
-    level = level_from_path(folder) or 1  # the nearest levelN folder, even above root
+    level = level_of(folder)
     sort_key = (level, 0, label)
     try:
         require_utf8_name(folder, root=root)
-        definition, left_out = problem_definition(folder, root=root, level=level)
+        definition, left_out = problem_definition(folder, root=root, level=level,
+                                                  by_category=by_category)  # fmt: skip
     except ProblemError as error:
         return FoundProblem(label, failure=str(error), sort_key=sort_key)
     return FoundProblem(label, definition=definition, sort_key=sort_key, left_out=left_out)
 
 
 def problem_definition(
-    folder: Path, *, root: Path, level: int
+    folder: Path, *, root: Path, level: int, by_category: bool = False
 ) -> tuple[OperatorDefinition, tuple[str, ...]]:
     """The operator, and the rows left out because no target can hold them."""
     validation = folder / "validation"
@@ -104,8 +114,9 @@ def problem_definition(
                                     where=where)  # fmt: skip
     description = _description(folder, root)
     category = folder.parent.name if folder.parent != root else ""
+    name = f"{category}_{folder.name}" if by_category else folder.name
     spec = OperatorSpec(
-        slug=slug_from_name(f"npu_l{level}", folder.name),
+        slug=slug_from_name(f"npu_l{level}", name),
         name=fitted_name(folder.name),
         family=family_from_names(folder.name, category),
         level=level,

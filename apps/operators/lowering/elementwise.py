@@ -129,7 +129,9 @@ for _op in unary_table(torch.float32):
 
 def predicate(formula: Callable[[str], str]) -> Callable[[Kernel, torch.fx.Node], None]:
     def lower(k: Kernel, node: torch.fx.Node) -> None:
-        pointwise(k, node, [k.value(node.args[0])], lambda x: formula(x[0]), None)
+        # C99 leaves the value of isinf() and friends unspecified beyond nonzero (glibc gives
+        # -1 for -inf): the bool is made 0 or 1.
+        pointwise(k, node, [k.value(node.args[0])], lambda x: f"({formula(x[0])}) != 0", None)
 
     return lower
 

@@ -9,6 +9,7 @@ from the value the model was traced with, 1 when memory runs out, and 0 on succe
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any
 
 import sympy  # type: ignore[import-untyped]
@@ -198,6 +199,9 @@ class Emitter:
         for node in self.program.graph.nodes:
             if node.op != "call_function" or node.target in NO_CODE:
                 continue
+            if node.target is aten._local_scalar_dense.default:
+                self.read_scalar(node)
+                continue
             if isinstance(node.meta.get("val"), SYMBOLIC):
                 continue  # size arithmetic: read through symbolic sizes where used
             if node.target is operator.getitem:
@@ -210,7 +214,18 @@ class Emitter:
                 raise LoweringError(f"{op_name(node)}: not lowered")
             handler(self.kernel, node)
 
-    def source(self) -> str:
+    def read_scalar(self, node: torch.fx.Node) -> None:
+        """`tensor.item()`: the value, read when the op runs, under its symbol's name (a later
+        op uses it as a number). A size cannot come from it: the sizes are checked first."""
+        symbol = node.meta["val"].node.expr
+        if any(re.search(rf"\b{symbol.name}\b", check) for check in self.checks):
+            raise LoweringError(f"{op_name(node)}: a size read from a tensor's values")
+        c_type = "double" if isinstance(node.meta["val"], torch.SymFloat) else "int64_t"
+        source = self.kernel.value(node.args[0])
+        self.kernel.line(f"const {c_type} {symbol.name} = ({c_type}){source.at(sympy.Integer(0))};")
+
+    def function(self, name: str, *, static: bool = False) -> str:
+        """The C function (its embedded constants inside it, so variants never clash)."""
         self.bind_inputs()
         nodes = self.output_nodes()
         self.bind_outputs(nodes)
@@ -222,11 +237,8 @@ class Emitter:
         k = self.kernel
         cleanup = ["done:", *(f"    free({name});" for name in k.temporaries)]
         parts = [
-            HEADER,
+            f"{'static ' if static else ''}int {name}({PARAMETERS}) {{",
             *self.constants.lines,
-            "",
-            "int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,",
-            "                int32_t n_outputs, const double *attrs, int32_t n_attrs) {",
             "    (void)attrs;",
             "    (void)n_attrs;",
             *("    " + line for line in self.checks),
@@ -248,5 +260,28 @@ def kope_dtype_of(value: torch.Tensor) -> str:
     return KOPE_DTYPES[value.dtype]
 
 
-def generate(program: ExportedProgram) -> str:
-    return Emitter(program).source()
+PARAMETERS = (
+    "const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,\n"
+    "                int32_t n_outputs, const double *attrs, int32_t n_attrs"
+)
+ARGUMENTS = "inputs, n_inputs, outputs, n_outputs, attrs, n_attrs"
+
+
+def generate(programs: list[ExportedProgram]) -> str:
+    """One kope_kernel; where the cases need several traces (ranks, dtypes, sizes of 1 or
+    scalar values that differ), one function per trace and a kope_kernel that calls the first
+    that takes the call: each returns 2 or 3 before writing anything when it does not."""
+    if len(programs) == 1:
+        return HEADER + Emitter(programs[0]).function("kope_kernel")
+    names = [f"kope_variant_{i}" for i in range(len(programs))]
+    variants = [Emitter(p).function(n, static=True) for p, n in zip(programs, names, strict=True)]
+    dispatch = [
+        f"int kope_kernel({PARAMETERS}) {{",
+        "    int status = 2;",
+        *(f"    status = {name}({ARGUMENTS});\n"
+          "    if (status != 2 && status != 3) return status;" for name in names),
+        "    return status;",
+        "}",
+        "",
+    ]  # fmt: skip
+    return "\n".join([HEADER, *variants, *dispatch])
