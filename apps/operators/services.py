@@ -289,9 +289,11 @@ def _cases(
 
 
 def case_unsupported_targets(case_dtype: str, outcome: dict[str, Any]) -> list[str]:
-    """The targets that cannot represent a case's dtypes (its inputs' and outputs')."""
+    """The targets that cannot represent a case's dtypes (its inputs' and outputs'; an
+    imported case's own dtype is "", what its reference produces)."""
     tensors = outcome.get("inputs", []) + outcome["outputs"]
-    return unsupported_targets({case_dtype, *(t["dtype"] for t in tensors if "dtype" in t)})
+    dtypes = {case_dtype, *(t["dtype"] for t in tensors if "dtype" in t)} - {""}
+    return unsupported_targets(dtypes)
 
 
 @transaction.atomic
