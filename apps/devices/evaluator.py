@@ -361,9 +361,12 @@ def seeds_of(operator: OperatorUnderTest, case: dict[str, Any], seeds: int) -> i
     a buffer too small) one seed shows: its small cases get the fresh seeds. An imported
     problem's cases are all the shapes its suite gives, so each gets every seed (the timing
     case's first one is timed): a kernel that fits one draw of them fails another."""
-    if case["timing"] and operator.reference_kind == "kope":
+    if case["timing"] and operator.reference_kind not in SUITE_REFERENCE_KINDS:
         return 1
     return seeds
+
+
+SUITE_REFERENCE_KINDS = frozenset({"kernelbench", "npukernelbench"})  # imported problems
 
 
 def generate(workspace: Workspace, operator: OperatorUnderTest, runs: list[Run]) -> None:

@@ -128,3 +128,31 @@ class FilledWithItem(nn.Module):
 def test_a_value_read_with_item_is_read_when_the_kernel_runs(tmp_path: Path) -> None:
     check_lowering(FilledWithItem(), lambda n, v: [torch.randn(n, 3), torch.tensor(v)],
                    [{"n": 4, "v": 2.5}, {"n": 5, "v": -7.0}], tmp_path)  # fmt: skip
+
+
+class FlattenedByItsOwnSizes(nn.Module):
+    """NPUKernelBench's MulSigmoid computes a size so."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = torch.prod(torch.tensor(x.shape[1:])).item()
+        return x.reshape(x.shape[0], flat) * 2
+
+
+def test_an_item_known_from_the_sizes_is_that_expression(tmp_path: Path) -> None:
+    """The value's symbol is an expression of the bound sizes (s1 * s2), not one of its own."""
+    check_lowering(FlattenedByItsOwnSizes(), lambda n, m: [torch.randn(3, n, m)],
+                   [{"n": 4, "m": 5}, {"n": 7, "m": 2}], tmp_path)  # fmt: skip
+
+
+class CopiedInPlace(nn.Module):
+    """NPUKernelBench's BatchNormV3 and InplaceAddLayerNorm write their result with copy_."""
+
+    def forward(self, x: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        out.copy_(row * 2)  # broadcast over x's rows
+        return out + x
+
+
+def test_an_in_place_copy_broadcasts_its_source(tmp_path: Path) -> None:
+    check_lowering(CopiedInPlace(), lambda n: [torch.randn(n, 5), torch.randn(5)],
+                   [{"n": 3}, {"n": 6}], tmp_path)  # fmt: skip

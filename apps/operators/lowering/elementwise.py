@@ -444,3 +444,9 @@ def arange(k: Kernel, node: torch.fx.Node) -> None:
     first, stride = literal(start, compute), literal(step, compute)
     with k.op(node), k.loops([out.numel]) as (i,):
         k.line(f"{out.at(i)} = ({out.ctype})({first} + {c_int(i)} * {stride});")
+
+
+@lowers(aten.copy.default)
+def copy(k: Kernel, node: torch.fx.Node) -> None:
+    """`tensor.copy_(src)` once functionalized: self's shape and dtype, src's values (broadcast)."""
+    pointwise(k, node, [k.value(node.args[1])], lambda x: x[0], None)

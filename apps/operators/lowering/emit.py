@@ -218,6 +218,8 @@ class Emitter:
         """`tensor.item()`: the value, read when the op runs, under its symbol's name (a later
         op uses it as a number). A size cannot come from it: the sizes are checked first."""
         symbol = node.meta["val"].node.expr
+        if not isinstance(symbol, sympy.Symbol):
+            return  # known from the sizes already bound: its uses print the expression
         if any(re.search(rf"\b{symbol.name}\b", check) for check in self.checks):
             raise LoweringError(f"{op_name(node)}: a size read from a tensor's values")
         c_type = "double" if isinstance(node.meta["val"], torch.SymFloat) else "int64_t"
