@@ -159,7 +159,7 @@ def evaluate_candidate(
     problems = symbol_problems(build.path)
     if problems:
         return finish(verdict, "rejected", reason="; ".join(problems))
-    with Workspace() as workspace:
+    with Workspace(evaluation_bytes(operator, options.seeds)) as workspace:
         check_judge_hidden(workspace)
         try:
             verdict = run_in(
@@ -284,8 +284,11 @@ def cpu_model() -> str:
 
 
 class Workspace:
+    def __init__(self, expected_bytes: int = 0) -> None:
+        self.expected_bytes = expected_bytes  # what the runs will write, as far as known
+
     def __enter__(self) -> Workspace:
-        base = settings.KOPE_EVAL_WORK_DIR or default_work_dir()
+        base = settings.KOPE_EVAL_WORK_DIR or work_dir_for(self.expected_bytes)
         self.root = Path(tempfile.mkdtemp(prefix="kope-eval-", dir=base))
         self.claim = workdirs.claim(self.root)  # a worker's sweep removes it if this process dies
         self.root.chmod(0o711)
@@ -327,6 +330,25 @@ def default_work_dir() -> str | None:
     """A RAM-backed folder when there is one: runs write and read back large arrays."""
     shm = Path("/dev/shm")  # noqa: S108 (mkdtemp makes a private folder inside it)
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def work_dir_for(expected_bytes: int) -> str | None:
+    """The RAM folder while the evaluation's arrays take at most a quarter of what is free there,
+    once what dead evaluations left there is removed; the system temp folder (disk) beyond.
+    Every seed of every case of an imported problem comes to gigabytes, and /dev/shm is the
+    machine's memory: a few such evaluations, or their leftovers, starved every process."""
+    shm = default_work_dir()
+    if shm is None:
+        return None
+    workdirs.remove_abandoned([shm], ("kope-eval-",))
+    return shm if expected_bytes * 4 <= shutil.disk_usage(shm).free else None
+
+
+def evaluation_bytes(operator: OperatorUnderTest, seeds: int) -> int:
+    """The runs' inputs and outputs, and the judge's expected outputs beside them."""
+    runs = sum((seeds_of(operator, case, seeds) + (not case["timing"])) * int(case.get("bytes", 0))
+               for case in operator.cases)  # fmt: skip
+    return 2 * runs
 
 
 # --- runs: every supported case, several seeds; the first seed again to catch nondeterminism ---

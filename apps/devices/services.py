@@ -29,7 +29,7 @@ from apps.devices.evaluator import (
 )
 from apps.devices.models import Evaluation, KernelSource, Profile
 from apps.devices.targets import TARGETS, target_get
-from apps.operators.models import OperatorVersion
+from apps.operators.models import OperatorCase, OperatorVersion
 from apps.operators.spec import spec_from_json
 from apps.sandbox.workdirs import remove_abandoned
 
@@ -99,7 +99,7 @@ def evaluation_request(
 def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
     cases = [
         {"case_id": c.case_id, "params": c.params, "dtype": c.dtype, "timing": c.timing,
-         "unsupported_targets": c.unsupported_targets}
+         "unsupported_targets": c.unsupported_targets, "bytes": case_bytes(c)}
         for c in version.cases.all()
     ]  # fmt: skip
     check = "custom_check_precision" in str(version.reference_source.get("prepare_inputs", ""))
@@ -108,6 +108,16 @@ def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
         reference_kind=version.reference_kind, reference_source=version.reference_source,
         cases=cases, has_custom_check=check,
     )  # fmt: skip
+
+
+def case_bytes(case: OperatorCase) -> int:
+    """A case's inputs and outputs, from the shapes its reference recorded (0: not recorded)."""
+    tensors = [t for t in [*(case.inputs or []), *(case.outputs or [])] if "shape" in t]
+    return sum(math.prod(t["shape"]) * DTYPE_BYTES.get(t.get("dtype", ""), 8) for t in tensors)
+
+
+DTYPE_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
+               "bfloat16": 2, "int16": 2, "uint8": 1, "int8": 1, "bool": 1}  # fmt: skip
 
 
 def claim_attempt(

@@ -17,6 +17,7 @@ from apps.devices.evaluator import (
     EvalSettings,
     Run,
     evaluate_candidate,
+    evaluation_bytes,
     paired_ratio,
     read_outcome,
     timing_summary,
@@ -85,6 +86,21 @@ def test_runs_larger_together_than_the_memory_limit_are_judged_one_at_a_time(
 
     assert verdict["status"] == "correct", verdict["reason"]
     assert verdict["correct"]["runs"] >= 16
+
+
+def test_an_evaluation_knows_how_many_bytes_its_runs_write(db: None) -> None:
+    operator = operator_under_test(stored_builtin("vector_add"))
+    sizes = {c["case_id"]: c["params"]["n"] for c in operator.cases}
+
+    assert {c["case_id"]: c["bytes"] for c in operator.cases} == {
+        case_id: 3 * 4 * n
+        for case_id, n in sizes.items()  # a, b and out in float32
+    }
+    timing = {c["case_id"] for c in operator.cases if c["timing"]}
+    # three seeds and a repeat of each small case, one seed of the timing case; the judge's
+    # expected outputs beside the runs' files
+    runs_of = {case_id: 1 if case_id in timing else 4 for case_id in sizes}
+    assert evaluation_bytes(operator, 3) == 2 * sum(runs_of[c] * 12 * n for c, n in sizes.items())
 
 
 def test_compiler_errors_come_back_with_file_line_column_and_source() -> None:

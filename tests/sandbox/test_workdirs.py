@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.devices.evaluator import default_work_dir
+from apps.devices.evaluator import default_work_dir, work_dir_for
 from apps.sandbox.workdirs import LOCK_NAME, UNCLAIMED_AFTER_S, claim, remove_abandoned, temporary
 from tests.processes import celery_worker
 from tests.workbench.test_live_events import process_env
@@ -185,3 +186,22 @@ def test_a_worker_that_starts_removes_what_a_killed_one_left_in_dev_shm(
     # The log names what it removed; /dev/shm is shared, and a worker another test started
     # meanwhile may have removed that one first.
     assert str(left_in_configured) in worker.output, worker.output
+
+
+@pytest.mark.skipif(default_work_dir() is None, reason="no writable /dev/shm here")
+def test_an_evaluation_first_removes_what_dead_ones_left_in_memory_and_goes_to_disk_if_big() -> (
+    None
+):
+    """Killed evaluations of imported problems left 12 GiB in /dev/shm, the machine's memory:
+    later processes were killed for memory, and one worker's sweep was no help to
+    `manage.py evaluate` or the benchmarks, which start none."""
+    shm = Path(str(default_work_dir()))
+    with owner_of_a_work_dir(shm) as (dead, abandoned):
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+
+        assert work_dir_for(0) == str(shm)
+        assert not abandoned.exists()
+    usage = shutil.disk_usage(shm)  # tests beside this one use it too: wide margins
+    assert work_dir_for(usage.free // 16) == str(shm)
+    assert work_dir_for(usage.total) is None  # the system temp folder
