@@ -120,6 +120,16 @@ def test_the_shape_class_comes_from_the_timing_case(
     assert version_shape_class(gemm) == "medium"  # two 384 x 384 matrices
 
 
+def test_a_number_input_counts_no_elements(relu: OperatorVersion) -> None:
+    """An imported problem's scalar inputs are stored as {dtype, value}: embedding each case
+    of KernelBench's Matrix_scalar_multiplication failed with KeyError('shape')."""
+    case = relu.cases.get(timing=True)
+    case.inputs = [*case.inputs, {"dtype": "float64", "value": 3.5}]
+    case.save(update_fields=["inputs"])
+
+    assert version_shape_class(relu) == "large"
+
+
 def test_a_case_summary_is_short_and_names_what_matters(
     session: OptimizationSession, relu: OperatorVersion
 ) -> None:
