@@ -70,6 +70,14 @@ class Process:
             self.popen.wait()
 
 
+def as_a_terminal_starts_it() -> None:
+    """A child's SIGINT as a shell in a terminal leaves it (the default: KeyboardInterrupt),
+    for tests that press Ctrl-C. A process started in the background of a script (a CI job
+    run as `bash .ci/run &`) ignores SIGINT, and every child inherits that: Ctrl-C did
+    nothing to the commands those tests start."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from kope_web import embedded_db
+from tests.processes import as_a_terminal_starts_it
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +168,8 @@ def start_embedded(data_dir: Path, **popen: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", START_THE_EMBEDDED_SERVER, str(data_dir)],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, **popen,  # type: ignore[call-overload]
+        start_new_session=True, preexec_fn=as_a_terminal_starts_it,
+        **popen,  # type: ignore[call-overload]
     )  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from apps.devices.services import claim_attempt, evaluation_request
 from apps.operators import builtin_suite
 from tests.factories import stored_builtin
 from tests.interrupts import command_caught_mid_query
-from tests.processes import wait_until
+from tests.processes import as_a_terminal_starts_it, wait_until
 from tests.workbench.test_live_events import process_env
 
 MAX_SEED = 2**64 - 1  # the most torch.Generator.manual_seed takes
@@ -118,7 +118,8 @@ def test_evaluate_stopped_by_ctrl_c_ends_failed_not_running(transactional_db: No
     command = [sys.executable, "manage.py", "evaluate", "relu",
                "apps/operators/builtin/relu/naive.c", "--repeats", "100000"]  # fmt: skip
     process = subprocess.Popen(command, env=process_env("single-machine"), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=as_a_terminal_starts_it)  # fmt: skip
     try:
         wait_until(lambda: Evaluation.objects.filter(status="running").exists(), 120,
                    "the evaluation to start")  # fmt: skip

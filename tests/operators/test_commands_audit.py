@@ -18,7 +18,7 @@ from apps.operators.management.commands.import_suite import stopped
 from apps.operators.models import ImportRun, Operator, Suite
 from tests.factories import TeamFactory, stored_builtin
 from tests.interrupts import command_caught_mid_query
-from tests.processes import wait_until
+from tests.processes import as_a_terminal_starts_it, wait_until
 from tests.workbench.test_live_events import process_env
 
 # A problem whose reference takes a moment, so Ctrl-C comes with most of the folder to go.
@@ -75,7 +75,8 @@ def test_import_suite_stopped_by_ctrl_c_ends_failed_saying_where(
         (tmp_path / f"{number}_Slow_{number}.py").write_text(SLOW_PROBLEM)
     command = [sys.executable, "manage.py", "import_suite", str(tmp_path)]
     process = subprocess.Popen(command, env=process_env("single-machine"), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=as_a_terminal_starts_it)  # fmt: skip
     try:
         wait_until(lambda: ImportRun.objects.filter(done__gte=1).exists(), 120,
                    "the first problem imported")  # fmt: skip
