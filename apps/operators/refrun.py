@@ -23,6 +23,7 @@ import ast
 import builtins
 import contextlib
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -677,8 +678,9 @@ def lowered(reference: Reference, cases: list[dict[str, Any]]) -> dict[str, Any]
 
     if reference.model is None:
         return {"error": "the reference is no Model to lower (a KOPE reference function)"}
-    examples = [(reference.model(case["params"]), inputs)
-                for case, inputs in variant_cases(reference, cases)]  # fmt: skip
+    build = reference.model
+    examples = ((functools.partial(build, case["params"]), inputs)
+                for case, inputs in examples_to_trace(reference, cases))  # fmt: skip
     try:
         source, left_out = lower_variants(examples)
     except LoweringError as error:
@@ -686,24 +688,34 @@ def lowered(reference: Reference, cases: list[dict[str, Any]]) -> dict[str, Any]
     return {"source": source, "left_out": left_out}
 
 
-MAX_VARIANTS = 12  # NPUKernelBench's AbsMath needs 9: three ranks in each of three dtypes
-
-
 Example = tuple[dict[str, Any], list[Any]]  # a case and the inputs made for it
 
 
-def variant_cases(reference: Reference, cases: list[dict[str, Any]]) -> list[Example]:
-    """The first case of each kind of call, with its inputs: one trace covers every size of
-    its ranks, but not another rank or dtype, a size of 1 (torch.export fixes those) or
-    another scalar value. (A setting the model is built with, such as an NPUKernelBench row's
-    `n`, is no part of the call: a kernel cannot tell two cases apart by it.)"""
-    chosen: dict[str, Example] = {}
+def examples_to_trace(reference: Reference, cases: list[dict[str, Any]]) -> Iterator[Example]:
+    """Every case with its inputs, the first case of each kind of call first: one trace covers
+    every size of its ranks, but not another rank or dtype, a size of 1 (torch.export fixes
+    those) or another scalar value, so those come first; a later case is traced only when
+    no trace takes it (a size the model fixes, such as LayerNorm's normalized_shape, built
+    from the case's settings). The inputs are made again for the later cases rather than
+    all kept at once. (A setting the model is built with that changes no size, such as an
+    NPUKernelBench row's `n`, is no part of the call: a kernel cannot tell two cases apart
+    by it.)"""
+    first: set[str] = set()
     for case in cases:
-        inputs = reference.make_inputs(case["params"], torch.Generator().manual_seed(0))
-        chosen.setdefault(call_kind(inputs), (case, inputs))
-        if len(chosen) == MAX_VARIANTS:
-            break
-    return list(chosen.values())
+        inputs = example_inputs(reference, case)
+        if call_kind(inputs) not in first:
+            first.add(call_kind(inputs))
+            yield case, inputs
+    for case in cases:
+        inputs = example_inputs(reference, case)
+        if call_kind(inputs) in first:
+            first.discard(call_kind(inputs))  # this kind's first case: yielded above
+            continue
+        yield case, inputs
+
+
+def example_inputs(reference: Reference, case: dict[str, Any]) -> list[Any]:
+    return list(reference.make_inputs(case["params"], torch.Generator().manual_seed(0)))
 
 
 def call_kind(inputs: list[Any]) -> str:

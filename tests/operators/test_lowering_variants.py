@@ -1,5 +1,6 @@
 """One starting kernel for cases that one trace cannot cover: other ranks, dtypes, sizes of
-1 and scalar values each get a trace of their own, and the kernel calls the one that fits."""
+1, scalar values and sizes the model fixes each get a trace of their own, and the kernel
+calls the one that fits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from apps.operators.lowering import LoweringError, lower_variants
-from apps.operators.refrun import Reference, variant_cases
+from apps.operators.refrun import Reference, examples_to_trace, lowered
 from tests.operators.lowering_support import assert_matches, compile_kernel, run_lowered
 
 
@@ -70,12 +71,56 @@ def reference_of(calls: dict[str, list[Any]]) -> Reference:
     )
 
 
-def test_one_case_of_each_kind_of_call_is_traced() -> None:
+def test_the_first_case_of_each_kind_of_call_comes_first() -> None:
     calls = {"4x4": [torch.randn(4, 4), 2.0], "8x8": [torch.randn(8, 8), 2.0],
              "1x8": [torch.randn(1, 8), 2.0], "8x8 int": [torch.ones(8, 8, dtype=torch.int32), 2.0],
              "8x8 x3": [torch.randn(8, 8), 3.0]}  # fmt: skip
     cases = [{"case_id": i, "params": {"shape": shape}} for i, shape in enumerate(calls)]
 
-    chosen = variant_cases(reference_of(calls), cases)
+    examples = examples_to_trace(reference_of(calls), cases)
 
-    assert [case["case_id"] for case, _ in chosen] == [0, 2, 3, 4]  # 8x8 is traced as 4x4 is
+    assert [case["case_id"] for case, _ in examples] == [0, 2, 3, 4, 1]
+
+
+def test_a_case_the_first_trace_covers_is_not_traced_again(tmp_path: Path) -> None:
+    built: list[str] = []
+
+    def model(shape: str) -> torch.nn.Module:
+        built.append(shape)
+        return ScaledNeg()
+
+    examples = [(lambda s=s: model(s), call) for s, call in
+                [("5x3", CALLS[1]), ("9x4", [torch.randn(9, 4), 2.0])]]  # fmt: skip
+    _, left_out = lower_variants(examples)
+
+    assert built == ["5x3"] and not left_out
+
+
+class Normalized(torch.nn.Module):
+    """LayerNorm over the last dims, which its settings fix: torch.export makes them constants."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+def test_cases_whose_model_fixes_other_sizes_each_get_a_trace(tmp_path: Path) -> None:
+    shapes = [(6, 5), (3, 7)]  # one kind of call (float, rank 3), two fixed trailing sizes
+    models = {shape: Normalized(shape) for shape in shapes}
+    calls = {shape: [torch.randn(2, *shape)] for shape in shapes}
+    reference = Reference(make_inputs=lambda params, generator: calls[params["shape"]],
+                          compute=lambda inputs, params: [],
+                          model=lambda params: models[params["shape"]])  # fmt: skip
+    cases = [{"case_id": str(shape), "params": {"shape": shape}} for shape in shapes]
+
+    answer = lowered(reference, cases)
+    kernel = compile_kernel(answer["source"], tmp_path)
+
+    assert answer["left_out"] == []
+    for shape in shapes:
+        assert_matches(*run_lowered(kernel, models[shape], calls[shape]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="returned 2"):
+        run_lowered(kernel, Normalized((4, 4)), [torch.randn(2, 4, 4)])

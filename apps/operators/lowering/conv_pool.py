@@ -8,6 +8,7 @@ from typing import Any
 
 import sympy  # type: ignore[import-untyped]
 import torch
+from torch.utils._sympy.functions import FloorDiv
 
 from apps.operators.lowering.builder import Buffer, Kernel, bind_args, is_float, literal
 from apps.operators.lowering.errors import LoweringError
@@ -60,37 +61,50 @@ def convolution(k: Kernel, node: torch.fx.Node) -> None:
     groups, transposed = int(args["groups"]), bool(args["transposed"])
     out = k.new_buffer(node)
     o, kk, xs = symbols("o", nd), symbols("k", nd), symbols("x", nd)
-    n, oc, ic = loop_var("n"), loop_var("oc"), loop_var("ic")
-    kernel_dims = list(w.dims[2:])
-    in_per_group = c_int(x.dims[1]) + f" / {groups}"
-    out_per_group = c_int(out.dims[1]) + f" / {groups}"
+    n, ic = loop_var("n"), loop_var("ic")
+    in_per_group, out_per_group = (FloorDiv(dim, groups) for dim in (x.dims[1], out.dims[1]))
+    # One output channel of a group per row: `for n { for g { for ocg { for o.. { acc = init;
+    # for icg { for k.. { guards; acc += X * W; } } out = acc; } } } }`, the windowed
+    # reduction the offline policy's im2col_gemm recognises. A group's row index is ocg, so
+    # oc is spelled out where it is read rather than declared between the loops.
+    oc = loop_var("g") * out_per_group + loop_var("ocg")
+    accumulator = out.ctype if out.ctype in ("float", "double") else "double"
+    init = bias.at(oc) if bias is not None else "0"
     with k.op(node):
-        open_loops(k, ["n", "oc"], out.dims[:2])
-        k.line(f"const int64_t g = oc / ({out_per_group});")
+        open_loops(k, ["n", "g", "ocg"], [out.dims[0], groups, out_per_group])
         open_loops(k, [str(s) for s in o], out.dims[2:])
-        k.line(f"double acc = {bias.name + '[oc]' if bias is not None else '0'};")
-        open_loops(k, ["icg"], [f"({in_per_group})"])
-        k.line(f"const int64_t ic = g * ({in_per_group}) + icg;")
-        open_loops(k, [str(s) for s in kk], kernel_dims)
+        k.line(f"{accumulator} acc = {init};")
+        open_loops(k, ["icg"], [in_per_group])
+        k.line(f"const int64_t ic = g * {c_int(in_per_group)} + icg;")
+        open_loops(k, [str(s) for s in kk], w.dims[2:])
         for d in range(nd):
-            tap = f"o{d} + {padding[d]} - k{d} * {dilation[d]}"
-            if transposed:
-                k.line(f"const int64_t t{d} = {tap};")
-                k.line(f"if (t{d} < 0 || t{d} % {stride[d]} != 0) continue;")
-                k.line(f"const int64_t x{d} = t{d} / {stride[d]};")
-            else:
-                k.line(f"const int64_t x{d} = o{d} * {stride[d]} - {padding[d]} + "
-                       f"k{d} * {dilation[d]};")  # fmt: skip
-            k.line(f"if (x{d} < 0 || x{d} >= {c_int(x.dims[2 + d])}) continue;")
+            window_tap(k, d, stride[d], padding[d], dilation[d], x.dims[2 + d], transposed)
         x_at = row_major_offset(x.dims, [n, ic, *xs])
-        if transposed:  # weight is (C_in, C_out / groups, *kernel)
-            w_at = row_major_offset(w.dims, [ic, oc - loop_var("g") * w.dims[1], *kk])
+        if transposed:  # weight is (C_in, C_out / groups, *kernel); ic spelled out, as
+            # the weight reads only the row, the window and what is fixed around them
+            group_input = loop_var("g") * in_per_group + loop_var("icg")
+            w_at = row_major_offset(w.dims, [group_input, loop_var("ocg"), *kk])
         else:  # weight is (C_out, C_in / groups, *kernel)
             w_at = row_major_offset(w.dims, [oc, loop_var("icg"), *kk])
-        k.line(f"acc += (double){x.at(x_at)} * {w.at(w_at)};")
+        widen = "" if accumulator == x.ctype else f"({accumulator})"
+        k.line(f"acc += {widen}{x.at(x_at)} * {w.at(w_at)};")
         close_loops(k, nd + 1)
         k.line(f"{out.at(row_major_offset(out.dims, [n, oc, *o]))} = ({out.ctype})acc;")
-        close_loops(k, nd + 2)
+        close_loops(k, nd + 3)
+
+
+def window_tap(k: Kernel, d: int, stride: int, padding: int, dilation: int, size: Any,
+               transposed: bool) -> None:  # fmt: skip
+    """x{d}, the input position output position o{d} reads at tap k{d}, and the guard that
+    skips a tap outside the input (or, transposed, between strides)."""
+    tap = f"o{d} + {padding} - k{d} * {dilation}"
+    if transposed:
+        k.line(f"const int64_t t{d} = {tap};")
+        k.line(f"if (t{d} < 0 || t{d} % {stride} != 0) continue;")
+        k.line(f"const int64_t x{d} = t{d} / {stride};")
+    else:
+        k.line(f"const int64_t x{d} = o{d} * {stride} - {padding} + k{d} * {dilation};")
+    k.line(f"if (x{d} < 0 || x{d} >= {c_int(size)}) continue;")
 
 
 def planes(source: Buffer, nd: int) -> sympy.Expr:

@@ -1,5 +1,6 @@
-"""Matrix products: mm, bmm, addmm, baddbmm, mv, dot. Loops run i-k-j so the innermost loop
-walks rows of both B and the output contiguously."""
+"""Matrix products: mm, bmm, addmm, baddbmm, mv, dot. A product is the textbook i-j-p nest
+with one accumulator per output element, the form the offline policy's GEMM strategies
+recognise (the policy does the optimizing, as for every lowered op)."""
 
 from __future__ import annotations
 
@@ -33,12 +34,12 @@ def matmul(
         k.line(f"const {a.ctype} *A = {start(a.name, f'{rows} * {inner}')};")
         k.line(f"const {b.ctype} *B = {start(b.name, f'{inner} * {cols}')};")
         k.line(f"{out.ctype} *C = {start(out.name, f'{rows} * {cols}')};")
-        with k.block(f"for (int64_t i = 0; i < {rows}; ++i)"):
-            k.line(f"for (int64_t j = 0; j < {cols}; ++j) C[i * {cols} + j] = 0;")
-            with k.block(f"for (int64_t p = 0; p < {inner}; ++p)"):
-                k.line(f"const {a.ctype} x = {scale}A[i * {inner} + p];")
-                k.line(f"for (int64_t j = 0; j < {cols}; ++j) "
-                       f"C[i * {cols} + j] += x * B[p * {cols} + j];")  # fmt: skip
+        rows_loop = f"for (int64_t i = 0; i < {rows}; ++i)"
+        with k.block(rows_loop), k.block(f"for (int64_t j = 0; j < {cols}; ++j)"):
+            k.line(f"{out.ctype} acc = 0;")
+            k.line(f"for (int64_t p = 0; p < {inner}; ++p) "
+                   f"acc += A[i * {inner} + p] * B[p * {cols} + j];")  # fmt: skip
+            k.line(f"C[i * {cols} + j] = {scale}acc;")
 
 
 def add_bias(k: Kernel, out: Buffer, bias: Buffer, beta: str | None) -> None:

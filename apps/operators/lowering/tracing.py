@@ -11,9 +11,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import sympy  # type: ignore[import-untyped]
 import torch
 from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
 
+from apps.operators.lowering.builder import meta_dims
 from apps.operators.lowering.errors import LoweringError
 
 SCALARS = (bool, int, float)
@@ -69,3 +72,53 @@ def first_line(error: Exception) -> str:
     what stopped it."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0][:300] if lines else type(error).__name__
+
+
+def accepts(program: ExportedProgram, example_inputs: list[Any]) -> bool:
+    """Whether the kernel lowered from `program` takes these inputs: the same number of
+    tensors and scalars, each tensor of its dtype and rank, every size the trace fixed (by a
+    size of 1, or by the model's code, as LayerNorm's normalized_shape does) the same, sizes
+    the trace ties together equal, within the trace's ranges, and the same scalar values."""
+    tensors = [v for v in example_inputs if isinstance(v, torch.Tensor)]
+    scalars = [v for v in example_inputs if not isinstance(v, torch.Tensor)]
+    placeholders, constants = user_inputs(program)
+    if len(placeholders) != len(tensors) or constants != scalars:
+        return False
+    bound: dict[sympy.Symbol, int] = {}
+    for node, value in zip(placeholders, tensors, strict=True):
+        traced = node.meta["val"]
+        if traced.dtype != value.dtype or traced.dim() != value.dim():
+            return False
+        for expr, size in zip(meta_dims(node), value.shape, strict=True):
+            if not size_fits(expr, int(size), bound):
+                return False
+    return within_ranges(program, bound)
+
+
+def user_inputs(program: ExportedProgram) -> tuple[list[torch.fx.Node], list[Any]]:
+    """The traced call's tensor placeholders, and its scalar values, in order."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    tensors, scalars = [], []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        if isinstance(spec.arg, TensorArgument):
+            tensors.append(placeholders[spec.arg.name])
+        elif isinstance(spec.arg, ConstantArgument):
+            scalars.append(spec.arg.value)
+    return tensors, scalars
+
+
+def size_fits(expr: sympy.Expr, size: int, bound: dict[sympy.Symbol, int]) -> bool:
+    if isinstance(expr, sympy.Symbol):
+        return bound.setdefault(expr, size) == size
+    value = expr.subs(bound)
+    return not value.is_number or int(value) == size
+
+
+def within_ranges(program: ExportedProgram, bound: dict[sympy.Symbol, int]) -> bool:
+    for symbol, limits in program.range_constraints.items():
+        size = bound.get(symbol)
+        if size is not None and not limits.lower <= size <= limits.upper:
+            return False
+    return True
