@@ -36,7 +36,12 @@ class OperatorDefinition:
             "kind": self.reference_kind,
             "source": self.reference_source,
             "cases": [
-                {"case_id": c.case_id, "params": c.params, "dtype": c.dtype}
+                {
+                    "case_id": c.case_id,
+                    "params": c.params,
+                    "dtype": c.dtype,
+                    "attributes": self.spec.attribute_values(c.params),
+                }
                 for c in self.spec.cases
             ],
             "seed": seed,

@@ -41,6 +41,7 @@ from apps.operators.services import (
     kept_cases,
     suite_set,
     version_store,
+    with_setting_attributes,
 )
 
 logger = logging.getLogger(__name__)
@@ -298,7 +299,8 @@ def store_problem(
             if "ran out of memory" in failure.message:  # larger sizes only need more
                 break
             continue
-        definition, no_start = with_lowered_start(kept.definition, kept.outcomes)
+        settled = with_setting_attributes(kept.definition, kept.outcomes)
+        definition, no_start = with_lowered_start(settled, kept.outcomes)
         version, created = version_store(team=team, definition=definition,
                                          outcomes=kept.outcomes, created_by=user,
                                          content_hash=candidate.content_hash())  # fmt: skip

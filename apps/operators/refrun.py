@@ -11,9 +11,11 @@ runner answers each order with one line, how the child ended.
 
 Request: {"kind": "kope"|"kernelbench"|"npukernelbench", "source": {...}, "cases": [...],
           "seed": int, "kernel_so": path|null, "attributes": [[float]], "max_abs", "max_rel"}
-Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...}}]}
+Answer:  {"cases": [{"case_id", "outputs": [{"shape", "dtype"}], "error", "check": {...},
+                     "settings": [...] where the Model is built with a case's settings}]}
 With "mode": "lower", the answer is the Model lowered to a naive C kernel for the cases
-(apps/operators/lowering): {"source": str, "left_out": [str]} or {"error": str}.
+(apps/operators/lowering; a case's "attributes", the kernel's first attributes, tell its
+trace apart): {"source": str, "left_out": [str]} or {"error": str}.
 A request {"batch": [request, ...]} is answered {"batch": [answer, ...]}.
 """
 
@@ -26,6 +28,7 @@ import ctypes
 import functools
 import hashlib
 import json
+import math
 import os
 import select
 import signal
@@ -59,11 +62,13 @@ class Reference:
         compute: Callable[..., list[Any]],
         check: Callable[..., Any] | None = None,
         model: Callable[[dict[str, Any]], torch.nn.Module] | None = None,
+        settings: Callable[[dict[str, Any]], list[Any]] | None = None,
     ) -> None:
         self.make_inputs = make_inputs
         self.compute = compute
         self.check = check
         self.model = model
+        self.settings = settings  # what the model is built with for a case (its init inputs)
 
 
 # --- inputs and outputs as a kernel sees them: flat ------------------------------------------
@@ -135,7 +140,8 @@ def with_flat_inputs(reference: Reference) -> Reference:
         return FlatInputs(reference.model(params), structure_for(params))
 
     return Reference(make_inputs, compute, reference.check,
-                     model=model if reference.model is not None else None)  # fmt: skip
+                     model=model if reference.model is not None else None,
+                     settings=reference.settings)  # fmt: skip
 
 
 # --- loading the three layouts -------------------------------------------------------------
@@ -401,6 +407,9 @@ class SuiteRow(dict[str, Any]):
             raise AttributeError(name) from None
 
 
+SETTING_PREFIX = "kope_setting"  # a case's param, set by the importer: a setting as a number
+
+
 def suite_row(params: dict[str, Any]) -> SuiteRow:
     """The case's params as the suite's row. An empty cell is stored as null (JSON has no NaN).
     A row run as float32 names float32 where it names float16 or bfloat16, so the inputs, the
@@ -408,7 +417,7 @@ def suite_row(params: dict[str, Any]) -> SuiteRow:
     as_float32 = RUN_AS in params
     row = SuiteRow()
     for name, value in params.items():
-        if name == RUN_AS:
+        if name == RUN_AS or name.startswith(SETTING_PREFIX):
             continue
         if value is None:
             value = float("nan")
@@ -487,15 +496,15 @@ def load_npukernelbench(source: dict[str, str]) -> Reference:
     module = exec_module("module", source["module"], tolerant=True)
     prepare = exec_module("prepare_inputs", source["prepare_inputs"], tolerant=True)
 
+    def settings(params: dict[str, Any]) -> list[Any]:
+        if not hasattr(prepare, "get_init_inputs"):
+            return []
+        return list(prepare.get_init_inputs(suite_row(params), device=None) or [])
+
     @built_once_per_case
     def model(params: dict[str, Any]) -> torch.nn.Module:
         torch.manual_seed(0)
-        init = (
-            prepare.get_init_inputs(suite_row(params), device=None)
-            if hasattr(prepare, "get_init_inputs")
-            else []
-        )
-        built: torch.nn.Module = module.Model(*(init or [])).eval()
+        built: torch.nn.Module = module.Model(*settings(params)).eval()
         return built.float() if RUN_AS in params and has_halves(built) else built
 
     def make_inputs(params: dict[str, Any], generator: torch.Generator) -> list[Any]:
@@ -516,7 +525,8 @@ def load_npukernelbench(source: dict[str, str]) -> Reference:
         return check_passed(custom(suite_row(params), expected, actual))
 
     return with_flat_inputs(Reference(make_inputs, compute, check if custom is not None else None,
-                                      model=lambda p: StateAsInputs(model(p))))  # fmt: skip
+                                      model=lambda p: StateAsInputs(model(p)),
+                                      settings=settings))  # fmt: skip
 
 
 LOADERS = {
@@ -629,12 +639,24 @@ def run_case(
         "inputs": [describe(v, scalar_ok=True) for v in inputs],
         "outputs": [describe(t) for t in expected],
     }
+    if reference.settings is not None:
+        result["settings"] = [described_setting(v) for v in reference.settings(case["params"])]
     if kernel is not None:
         all_attributes = attributes + scalar_attributes(inputs)
         actual = run_kernel(kernel, tensors(inputs), expected, all_attributes)
         result["check"] = compare(actual, expected, tensors(inputs), snapshot, request, reference,
                                   case)  # fmt: skip
     return result
+
+
+def described_setting(value: Any) -> dict[str, Any]:
+    """One of the values a case's model is built with, as the importer can pass it to a
+    kernel: {"number": n} (bools too), {"text": s}, or {"other": type name}."""
+    if isinstance(value, (bool, int, float)) and math.isfinite(float(value)):
+        return {"number": float(value)}
+    if isinstance(value, str):
+        return {"text": value}
+    return {"other": type(value).__name__}
 
 
 def compare(
@@ -679,7 +701,7 @@ def lowered(reference: Reference, cases: list[dict[str, Any]]) -> dict[str, Any]
     if reference.model is None:
         return {"error": "the reference is no Model to lower (a KOPE reference function)"}
     build = reference.model
-    examples = ((functools.partial(build, case["params"]), inputs)
+    examples = ((functools.partial(build, case["params"]), inputs, case.get("attributes", []))
                 for case, inputs in examples_to_trace(reference, cases))  # fmt: skip
     try:
         source, left_out = lower_variants(examples)

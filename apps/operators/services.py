@@ -161,11 +161,77 @@ def with_described_tensors(
         check_declared_outputs(spec, outcomes)
         return replace(definition, spec=spec)
     inputs, attributes = _described_inputs(outcomes)
+    attributes = [*setting_attributes(spec), *attributes]  # settings first, as traced
     outputs = [
         _described(f"y{i}", t, outcomes, "outputs") for i, t in enumerate(outcomes[0]["outputs"])
     ]
     described = replace(spec, inputs=inputs, outputs=outputs, attributes=attributes)
     return replace(definition, spec=described)
+
+
+SETTING_PREFIX = "kope_setting"  # refrun.SETTING_PREFIX
+
+
+def with_setting_attributes(
+    definition: OperatorDefinition, outcomes: list[dict[str, Any]]
+) -> OperatorDefinition:
+    """An imported operator whose model is built with settings that differ from case to case
+    (an NPUKernelBench row's `reduction`, `n`, `incx`, given to get_init_inputs) gets each such
+    setting as an attribute, first in the kernel's attrs, as the suite's own kernels are
+    given them: numbers as they are, text as its index among the texts the cases use (the
+    description lists them). A setting the same in every case is no attribute: the model, and
+    so the reference and the lowering, has it fixed. Settings given as anything but numbers
+    or text (lists, tensors) are left to the shapes they make."""
+    cases, spec = definition.spec.cases, definition.spec
+    found = [outcome.get("settings") for outcome in outcomes]
+    if not cases or any(not isinstance(s, list) for s in found):
+        return definition
+    per_case: list[list[dict[str, Any]]] = found  # type: ignore[assignment]
+    attributes, values, lines = [], [dict[str, Any]() for _ in cases], []
+    for position in range(min(len(s) for s in per_case)):
+        encoded = encoded_setting([s[position] for s in per_case])
+        if encoded is None:
+            continue
+        numbers, texts = encoded
+        name = f"{SETTING_PREFIX}{position}"
+        whole = all(float(n).is_integer() for n in numbers)
+        attributes.append(AttributeSpec(name, "int" if whole else "float",
+                                        int(numbers[0]) if whole else numbers[0]))  # fmt: skip
+        for value, number in zip(values, numbers, strict=True):
+            value[name] = int(number) if whole else number
+        lines.append(setting_line(name, position, texts))
+    if not attributes:
+        return definition
+    cases = [replace(c, params={**c.params, **v}) for c, v in zip(cases, values, strict=True)]
+    description = "\n".join([spec.description, "", *lines]).strip()
+    spec = replace(spec, cases=cases, attributes=[*attributes, *spec.attributes],
+                   description=description)  # fmt: skip
+    return replace(definition, spec=spec)
+
+
+def encoded_setting(values: list[dict[str, Any]]) -> tuple[list[float], list[str]] | None:
+    """One setting across the cases as numbers (and the texts, in index order, where it is
+    text); None where it is the same in every case or is not a number or text in all."""
+    kinds = {next(iter(v), "") for v in values}
+    if len(kinds) != 1 or kinds - {"number", "text"}:
+        return None
+    raw = [v[next(iter(kinds))] for v in values]
+    if len({repr(r) for r in raw}) == 1:
+        return None
+    if kinds == {"number"}:
+        return [float(r) for r in raw], []
+    texts = sorted(set(raw))
+    return [float(texts.index(r)) for r in raw], texts
+
+
+def setting_line(name: str, position: int, texts: list[str]) -> str:
+    meaning = ", ".join(f"{i} = {t!r}" for i, t in enumerate(texts))
+    what = f"the model's setting {position} (get_init_inputs' value {position})"
+    return f"Attribute {name}: {what}" + (f": {meaning}." if meaning else ".")
+
+
+def setting_attributes(spec: OperatorSpec) -> list[AttributeSpec]:
+    return [a for a in spec.attributes if a.name.startswith(SETTING_PREFIX)]
 
 
 def _first_dtype(outcome: dict[str, Any]) -> str:

@@ -131,3 +131,121 @@ def get_inputs():
 def get_init_inputs():
     return [in_channels, out_channels, kernel_size]
 """
+
+
+def imported_version(
+    tmp_path: Path, team: Team, fmt: str, files: dict[str, str]
+) -> OperatorVersion:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    scale = 0.5 if fmt == "kernelbench" else 1.0  # NPUKernelBench rows state their sizes
+    run = import_start(path=str(tmp_path), fmt=fmt, scale=scale, team=team, user=None,
+                       restrict=False)  # fmt: skip
+    report = import_execute(run).report
+    assert [line["outcome"] for line in report] == ["imported"], report
+    sandbox_ids()
+    return OperatorVersion.objects.get(operator__team=team)
+
+
+def test_a_model_whose_settings_fix_sizes_gets_a_start_correct_on_every_derived_case(
+    tmp_path: Path, team: Team
+) -> None:
+    """LayerNorm's normalized_shape comes from get_init_inputs and shrinks with the derived
+    cases: torch.export fixes those sizes, so each case's sizes need a trace of their own."""
+    version = imported_version(tmp_path, team, "kernelbench",
+                               {"level1/40_Layer_norm.py": LAYER_NORM})  # fmt: skip
+    assert len({str(c.params) for c in version.cases.all()}) >= 3
+
+    start = version.starting_kernels.get(target="cpu-c").source
+    verdict = evaluate_candidate(operator_under_test(version), start, JUDGED)
+
+    assert verdict["status"] == "correct", verdict
+
+
+LAYER_NORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+batch_size = 4
+features = 12
+dim1 = 10
+
+
+def get_inputs():
+    return [torch.rand(batch_size, features, dim1)]
+
+
+def get_init_inputs():
+    return [(features, dim1)]
+"""
+
+
+def test_a_rows_model_setting_reaches_the_kernel_as_an_attribute(
+    tmp_path: Path, team: Team
+) -> None:
+    """Rows of one shape that differ only in the setting their model is built with (a loss's
+    reduction) cannot be told apart by their tensors: the setting is an attribute, text as its
+    index, and the lowered start has one trace per setting."""
+    folder = "level2/Loss/SquaredError/validation/"
+    version = imported_version(tmp_path, team, "npukernelbench", {
+        folder + "module.py": SQUARED_ERROR, folder + "prepare_inputs.py": SQUARED_ERROR_INPUTS,
+        folder + "test_cases.csv": SQUARED_ERROR_ROWS,
+    })  # fmt: skip
+    spec = version.spec
+    assert [a["name"] for a in spec["attributes"]] == ["kope_setting0"]
+    settings = {c.case_id: c.params["kope_setting0"] for c in version.cases.all()}
+    assert settings == {"0": 0, "1": 2, "2": 1, "3": 0}
+    assert "0 = 'mean', 1 = 'none', 2 = 'sum'" in version.description
+
+    start = version.starting_kernels.get(target="cpu-c").source
+    verdict = evaluate_candidate(operator_under_test(version), start, JUDGED)
+
+    assert verdict["status"] == "correct", verdict
+    judged = {c["case_id"] for c in verdict["correct"]["cases"] if c["passed"]}
+    assert judged == set(settings)
+
+
+SQUARED_ERROR = """import torch
+import torch_npu
+
+
+class Model(torch.nn.Module):
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, a, b):
+        squared = (a - b) * (a - b)
+        if self.reduction == "sum":
+            return squared.sum()
+        if self.reduction == "mean":
+            return squared.mean()
+        return squared
+"""
+SQUARED_ERROR_INPUTS = """import torch
+
+
+def get_inputs(param, device=None):
+    shape = eval(param.get('shape', '[1]'))
+    return [torch.rand(shape, device=device), torch.rand(shape, device=device)]
+
+
+def get_init_inputs(param, device=None):
+    return [param.get('reduction', 'mean')]
+"""
+SQUARED_ERROR_ROWS = """case_id;shape;reduction
+0;[16, 24];mean
+1;[16, 24];sum
+2;[8, 6, 5];none
+3;[8, 6, 5];mean
+"""

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch.export import ExportedProgram
 
 from apps.operators.lowering.errors import LoweringError
 
@@ -34,22 +33,26 @@ def lower_module(model: torch.nn.Module, example_inputs: list[Any]) -> str:
 MAX_VARIANTS = 12  # NPUKernelBench's AbsMath needs 9: three ranks in each of three dtypes
 
 ModelSource = torch.nn.Module | Callable[[], torch.nn.Module]
+# A model, an example call, and optionally the attributes that call's kernel is given first
+# (the settings its model was built with, as numbers): a trace runs only where they are equal.
+Example = tuple[ModelSource, list[Any]] | tuple[ModelSource, list[Any], list[float]]
 
 
-def lower_variants(examples: Iterable[tuple[ModelSource, list[Any]]]) -> tuple[str, list[str]]:
+def lower_variants(examples: Iterable[Example]) -> tuple[str, list[str]]:
     """One kope_kernel for calls like the examples: an example no earlier trace takes is
     traced (its model built then, when given as a function), up to MAX_VARIANTS of them, and
-    the kernel runs the first trace whose ranks, dtypes, fixed sizes and scalars fit the
-    call. Returns the source and why each example that would not lower was left out; raises
-    LoweringError (the first example's reason) when none lowers."""
-    from apps.operators.lowering.emit import generate
+    the kernel runs the first trace whose attributes, ranks, dtypes, fixed sizes and scalars
+    fit the call. Returns the source and why each example that would not lower was left out;
+    raises LoweringError (the first example's reason) when none lowers."""
+    from apps.operators.lowering.emit import Traced, generate
     from apps.operators.lowering.tracing import accepts, trace
 
-    programs: list[ExportedProgram] = []
+    traced: list[Traced] = []
     left_out: list[str] = []
     attempts = 0
-    for model, inputs in examples:
-        if any(accepts(program, inputs) for program in programs):
+    for model, inputs, *given in examples:
+        attributes = list(given[0]) if given else []
+        if any(t.attributes == attributes and accepts(t.program, inputs) for t in traced):
             continue
         if attempts == MAX_VARIANTS:
             break
@@ -57,10 +60,10 @@ def lower_variants(examples: Iterable[tuple[ModelSource, list[Any]]]) -> tuple[s
         try:
             with torch.no_grad():
                 program = trace(model if isinstance(model, torch.nn.Module) else model(), inputs)
-            generate([program])  # an op it cannot lower raises here
-            programs.append(program)
+            generate([Traced(program, attributes)])  # an op it cannot lower raises here
+            traced.append(Traced(program, attributes))
         except LoweringError as error:
             left_out.append(str(error))
-    if not programs:
+    if not traced:
         raise LoweringError(left_out[0] if left_out else "no example call to trace")
-    return generate(programs), left_out
+    return generate(traced), left_out

@@ -2,14 +2,16 @@
 
 The kernel first checks what it is given (counts, ranks, dtypes, and every size against the
 sizes the graph was traced for), binding each symbolic size to an input's run-time dim; it
-returns 2 when the inputs or outputs do not fit, 3 when a scalar input (an attribute) differs
-from the value the model was traced with, 1 when memory runs out, and 0 on success.
+returns 2 when the inputs or outputs do not fit, 3 when a scalar input or a setting (an
+attribute) differs from the value the model was traced with, 1 when memory runs out, and 0
+on success.
 """
 
 from __future__ import annotations
 
 import operator
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy  # type: ignore[import-untyped]
@@ -72,9 +74,18 @@ NO_CODE = {
 SYMBOLIC = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+@dataclass(frozen=True)
+class Traced:
+    """A trace and the attributes its kernel expects first (none: any)."""
+
+    program: ExportedProgram
+    attributes: list[float] = field(default_factory=list)
+
+
 class Emitter:
-    def __init__(self, program: ExportedProgram) -> None:
+    def __init__(self, program: ExportedProgram, attributes: list[float] | None = None) -> None:
         self.program = program
+        self.attributes = attributes or []
         self.kernel = Kernel()
         self.constants = ConstantTable()
         self.checks: list[str] = []
@@ -102,6 +113,7 @@ class Emitter:
                     self.embed(node, spec.target)
             else:
                 raise LoweringError(f"model input of kind {spec.kind.name}: not lowered")
+        self.check_attributes()
         self.check(f"n_inputs != {len(tensors)}")
         for index, node in tensors:
             self.bind_tensor(f"inputs[{index}]", node)
@@ -132,6 +144,15 @@ class Emitter:
                 self.check(f"{symbol} < {int_literal(int(lower))}")
             if upper.is_number and upper.is_finite and upper < 2**62:
                 self.check(f"{symbol} > {int_literal(int(upper))}")
+
+    def check_attributes(self) -> None:
+        """The settings this trace's model was built with come first in attrs: another
+        setting is another trace's call (3, as for a scalar)."""
+        if not self.attributes:
+            return
+        self.check(f"n_attrs < {len(self.attributes)}")
+        for position, value in enumerate(self.attributes):
+            self.check(f"attrs[{position}] != {float_literal(value, False)}", status=3)
 
     def check_scalars(self) -> None:
         if not self.scalars:
@@ -269,14 +290,16 @@ PARAMETERS = (
 ARGUMENTS = "inputs, n_inputs, outputs, n_outputs, attrs, n_attrs"
 
 
-def generate(programs: list[ExportedProgram]) -> str:
-    """One kope_kernel; where the cases need several traces (ranks, dtypes, sizes of 1 or
-    scalar values that differ), one function per trace and a kope_kernel that calls the first
-    that takes the call: each returns 2 or 3 before writing anything when it does not."""
+def generate(programs: list[Traced]) -> str:
+    """One kope_kernel; where the cases need several traces (settings, ranks, dtypes, sizes
+    or scalar values that differ), one function per trace and a kope_kernel that calls the
+    first that takes the call: each returns 2 or 3 before writing anything when it does not."""
     if len(programs) == 1:
-        return HEADER + Emitter(programs[0]).function("kope_kernel")
+        return HEADER + Emitter(programs[0].program, programs[0].attributes).function(
+            "kope_kernel")  # fmt: skip
     names = [f"kope_variant_{i}" for i in range(len(programs))]
-    variants = [Emitter(p).function(n, static=True) for p, n in zip(programs, names, strict=True)]
+    variants = [Emitter(t.program, t.attributes).function(n, static=True)
+                for t, n in zip(programs, names, strict=True)]  # fmt: skip
     dispatch = [
         f"int kope_kernel({PARAMETERS}) {{",
         "    int status = 2;",
