@@ -44,7 +44,7 @@ STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 # Strategies that never change what a kernel computes (beyond rounding).
 LEGAL = {
     "interchange", "accumulate_in_output", "tile", "restrict_pointers", "hoist_invariant",
-    "unroll", "packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gemm",
+    "unroll", "packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gemm", "keep_buffers",
 }  # fmt: skip
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -127,6 +127,45 @@ def test_pragma_insertions_leave_every_other_byte_alone() -> None:
             added = [line for line in result if line.lstrip().startswith("#pragma")]
             assert len(added) == 1
             assert "".join(line for line in result if line not in added) == source
+
+
+VARIANTS = """#include <stdint.h>
+static void helper(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = 0;
+}
+static int kope_variant_0(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                          int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    const float *x = (const float *)inputs[0].data;
+    float *y = (float *)outputs[0].data;
+    for (int64_t i = 0; i < 8; ++i) y[i] = x[i] * 2.0f;
+    return 0;
+}
+static int kope_variant_1(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                          int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    const float *x = (const float *)inputs[0].data;
+    float *y = (float *)outputs[0].data;
+    for (int64_t i = 0; i < 16; ++i) y[i] = x[i] * 3.0f;
+    return 0;
+}
+int kope_kernel(const kope_tensor *inputs, int32_t n_inputs, kope_tensor *outputs,
+                int32_t n_outputs, const double *attrs, int32_t n_attrs) {
+    int status = kope_variant_0(inputs, n_inputs, outputs, n_outputs, attrs, n_attrs);
+    if (status != 2 && status != 3) return status;
+    return kope_variant_1(inputs, n_inputs, outputs, n_outputs, attrs, n_attrs);
+}
+"""
+
+
+def test_the_loops_of_a_lowered_kernels_variants_are_the_kernels_and_a_helpers_are_not() -> None:
+    """The lowering writes one function per kind of call, which kope_kernel dispatches to:
+    their loops are what there is to optimize; a helper's loop is no part of the kernel."""
+    found = loops(VARIANTS)
+    assert [(info.id, info.line) for info in found] == [("L0", 9), ("L1", 16)]
+
+    parallel = apply(Strategy.make("omp_parallel_for", loop="L1", schedule="static"), VARIANTS)
+    assert parallel.splitlines()[15].strip() == "#pragma omp parallel for schedule(static)"
+    restricted = apply(Strategy.make("restrict_pointers"), VARIANTS)
+    assert restricted.count("float *restrict y") == 2
 
 
 # --- specific shapes ------------------------------------------------------------------------
@@ -922,10 +961,11 @@ static int check(int m, int n, int k, int transposed, int kc) {
 }
 int main(void) {
     /* partial tiles of every size the tiles have (6 rows; 16 to 64 columns), several slabs */
+    /* the last two: a matrix times a vector, and a few columns (dot products, not panels) */
     static const int shapes[][3] = {{1, 1, 1}, {5, 15, 7}, {7, 17, 129}, {13, 65, 300},
-                                    {6, 64, 128}, {12, 130, 257}};
+                                    {6, 64, 128}, {12, 130, 257}, {33, 1, 500}, {9, 3, 77}};
     int wrong = 0;
-    for (int s = 0; s < 6; ++s) {
+    for (int s = 0; s < 8; ++s) {
         for (int transposed = 0; transposed < 2; ++transposed) {
             wrong += check(shapes[s][0], shapes[s][1], shapes[s][2], transposed, 128);
         }

@@ -267,15 +267,19 @@ def is_scalar_declarator(declarator: Node) -> bool:
 
 
 def kernel_function(tree: Tree, name: str) -> Node | None:
+    return next((node for node, named in defined_functions(tree) if named == name), None)
+
+
+def defined_functions(tree: Tree) -> Iterator[tuple[Node, str]]:
+    """The translation unit's function definitions and their names, in source order."""
     for node in tree.root_node.named_children:
         if node.type == "function_definition":
             declarator = field(node, "declarator")
             while declarator is not None and declarator.type != "function_declarator":
                 declarator = field(declarator, "declarator")
             named = field(declarator, "declarator") if declarator is not None else None
-            if named is not None and text(named) == name:
-                return node
-    return None
+            if named is not None:
+                yield node, text(named)
 
 
 # --- rough C types ------------------------------------------------------------------------

@@ -4,8 +4,9 @@ A lesson transfers between kernels that pose the same problem to the compiler: -
 pays where there are math-library calls or float reductions to vectorize, an i-p-j loop order
 where there is a three-deep nest with an accumulation. The features are read from the syntax
 tree: the depth of the deepest loop nest, whether a loop accumulates (a reduction), whether
-the kernel calls the math library, and whether a loop carries a value it cannot reduce (a
-scan). Two kernels' features are compared by their Jaccard overlap.
+the kernel calls the math library, whether a loop carries a value it cannot reduce (a scan),
+and whether it allocates whole tensors as temporaries (a lowered chain of ops). Two kernels'
+features are compared by their Jaccard overlap.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import functools
 from apps.agents.offline.cparse import DOUBLE_FUNCTIONS, FLOAT_FUNCTIONS, called_functions, parse
 from apps.agents.offline.transforms import LoopInfo, TransformError, loop_calls, loops
 
+LOWERED_ALLOCATOR = "kope_alloc"  # apps/operators/lowering: a whole tensor's temporary
+TEMPORARIES = "temporaries"
 MATH_CALLS = (FLOAT_FUNCTIONS | DOUBLE_FUNCTIONS) - {"fabsf", "fabs", "fmaxf", "fminf", "fmax",
                                                       "fmin"}  # fmt: skip
 
@@ -33,6 +36,8 @@ def kernel_features(source: str) -> frozenset[str]:
         features.add("carried")
     if calls_math(source):
         features.add("math-calls")
+    if LOWERED_ALLOCATOR in called_functions(parse(source.encode()).root_node):
+        features.add(TEMPORARIES)
     return frozenset(features)
 
 

@@ -112,14 +112,16 @@ LOWERINGS = ("packed_gemm", "im2col_gemm", "dots_by_gemm", "weighted_sums_by_gem
 PRIOR_ORDER = (
     *LOWERINGS, "accumulate_in_output", "interchange", "tile",
     "flags(set=fast_math)", "vector_math", "flags(set=fp_contract)", "omp_parallel_private",
-    "omp_parallel_for", "float_accumulator", DROP_FLAGS, "restrict_pointers", "omp_simd",
-    "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
+    "omp_parallel_for", "keep_buffers", "float_accumulator", DROP_FLAGS, "restrict_pointers",
+    "omp_simd", "hoist_invariant", "unroll", "flags(set=unroll_loops)", "threads",
 )  # fmt: skip
 # The flags that let gcc reorder float arithmetic only pay where there is math to vectorize: a
 # call to the math library or a float reduction. A streaming loop gcc -O3 vectorizes already;
 # there the parallel loop comes first.
 REORDERING_FLAGS = ("flags(set=fast_math)", "flags(set=fp_contract)")
 MATH_CALLS = "math-calls"
+TEMPORARIES = "temporaries"  # features.TEMPORARIES
+KEEP_BUFFERS = "keep_buffers"
 REORDERING_PAYS_ON = frozenset({MATH_CALLS, "reduction"})
 PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
@@ -297,7 +299,7 @@ def moves(situation: Situation) -> list[Candidate]:
 # hoist_invariant is not one: it turns a division into a product with a reciprocal.
 EXACT_ON_MAPS = frozenset({"omp_parallel_for", "omp_parallel_private", "interchange", "tile",
                            "restrict_pointers", "unroll", "omp_simd", "threads",
-                           "flags(set=unroll_loops)"})  # fmt: skip
+                           "flags(set=unroll_loops)", "keep_buffers"})  # fmt: skip
 
 
 def culprits(replay: str, source: str) -> list[str]:
@@ -875,6 +877,12 @@ def evidence_for(move: str, evidence: list[Evidence]) -> float:
 
 
 def prior_order(features: frozenset[str]) -> tuple[str, ...]:
+    if TEMPORARIES in features:
+        # A lowered kernel's temporaries are whole tensors: freshly mapped on every call, they
+        # cost KernelBench's HardSigmoid more than its arithmetic. A hand-written kernel's
+        # scratch rows are small, and keeping them is a finer tool.
+        order = [move for move in prior_order(features - {TEMPORARIES}) if move != KEEP_BUFFERS]
+        return (*LOWERINGS, KEEP_BUFFERS, *order[len(LOWERINGS) :])
     if MATH_CALLS in features:
         # -ffast-math is what lets gcc call the vector math library: taken out again, the
         # softmaxes and gelu ran 4-10x slower (nine rounds of a suite run spent on it)

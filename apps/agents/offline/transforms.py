@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -48,6 +49,7 @@ from apps.agents.offline.cparse import (
     declarators,
     declared_names,
     declared_types,
+    defined_functions,
     escapes,
     expression_type,
     field,
@@ -98,6 +100,7 @@ __all__ = [
 ]
 
 KERNEL_NAME = "kope_kernel"
+VARIANT_NAME = re.compile(r"kope_variant_\d+")  # apps/operators/lowering/emit.py names them
 
 SOURCE_STRATEGIES: dict[str, str] = {
     "omp_parallel_for": (
@@ -155,6 +158,12 @@ SOURCE_STRATEGIES: dict[str, str] = {
         "fixed bound, or to i inclusive) becomes the packed GEMM of all rows i and columns j "
         "into a buffer (kc: 128, 256 or 512), then the row loop reading each sum from it."
     ),
+    "keep_buffers": (
+        "Keep the kernel's temporary buffers from one call to the next: each `p = malloc(n)` "
+        "(or kope_alloc) whose pointer the kernel frees gets a buffer per allocation site, "
+        "grown when a call needs more and never freed, so a large temporary is not fresh "
+        "pages, faulted in, on every call."
+    ),
     "weighted_sums_by_gemm": (
         "Compute a row loop's weighted sums of a matrix's rows as one GEMM: `for i { ...; for "
         "e acc[e] = 0; for j { for e acc[e] += w[j] * V[j,e]; } ...acc[e]... }` (attention's "
@@ -186,6 +195,7 @@ _PARAMETERS: dict[str, tuple[str, ...]] = {
     "im2col_gemm": ("kc", "loop"),
     "dots_by_gemm": ("kc", "loop"),
     "weighted_sums_by_gemm": ("kc", "loop"),
+    "keep_buffers": (),
 }
 
 # OpenMP's reduction operator for each recognised accumulation (a `-=` sum combines with +).
@@ -481,7 +491,8 @@ class _Loop:
 class _Kernel:
     source: bytes
     tree: Tree
-    function: Node
+    function: Node  # the first of `functions`: what goes before the kernel goes before it
+    functions: tuple[Node, ...]  # kope_kernel and the variants it calls, in source order
     loops: tuple[_Loop, ...]
     types: dict[str, CType | None]
 
@@ -521,12 +532,14 @@ def _analyse(source: str) -> _Kernel:
     data = source.encode("utf-8")
     tree = require_parsable(data, "cannot parse the kernel")
     function = kernel_function(tree, KERNEL_NAME)
-    body = field(function, "body") if function is not None else None
-    if function is None or body is None:
+    if function is None or field(function, "body") is None:
         raise TransformError(f"no definition of {KERNEL_NAME}() in this source")
-    nodes = [node for node in walk(body) if node.type == "for_statement"]
+    functions = _kernel_functions(tree)
+    bodies = [body for f in functions if (body := field(f, "body")) is not None]
+    nodes = [node for body in bodies for node in walk(body) if node.type == "for_statement"]
     ids = {node.id: f"L{index}" for index, node in enumerate(nodes)}
-    parents = {node.id: _enclosing_loop(node, body) for node in nodes}
+    parents = {node.id: _enclosing_loop(node, next(b for b in bodies if contains(b, node)))
+               for node in nodes}  # fmt: skip
     found = []
     for node in nodes:
         parent = parents[node.id]
@@ -547,7 +560,24 @@ def _analyse(source: str) -> _Kernel:
             has_pragma=any(pragma_text(p).split()[:1] == ["omp"] for p in pragmas),
         )
         found.append(_Loop(info, node, header, pragmas, reduction_statements))
-    return _Kernel(data, tree, function, tuple(found), declared_types(function))
+    return _Kernel(data, tree, functions[0], functions, tuple(found), _types(functions))
+
+
+def _kernel_functions(tree: Tree) -> tuple[Node, ...]:
+    """kope_kernel and, where the lowering wrote one function per kind of call
+    (kope_variant_0, kope_variant_1, ... that kope_kernel dispatches to), those: their loops
+    are the kernel's, numbered in source order. Other helpers are no part of it."""
+    return tuple(node for node, name in defined_functions(tree)
+                 if name == KERNEL_NAME or VARIANT_NAME.fullmatch(name))  # fmt: skip
+
+
+def _types(functions: tuple[Node, ...]) -> dict[str, CType | None]:
+    """The names the functions declare, with their types; None where two disagree."""
+    table: dict[str, CType | None] = {}
+    for function in functions:
+        for name, ctype in declared_types(function).items():
+            table[name] = ctype if table.get(name, ctype) == ctype else None
+    return table
 
 
 def _enclosing_loop(node: Node, body: Node) -> Node | None:
@@ -1519,9 +1549,16 @@ def _is_invariant_value(kernel: _Kernel, node: Node, varying: set[str]) -> bool:
 
 
 def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
-    tensors = set(parameter_names(kernel.function)[0:3:2])  # inputs, outputs
+    edits = [edit for function in kernel.functions for edit in _restrictable(function)]
+    if not edits:
+        _fail(strategy, None, "no unrestricted pointer is initialised from inputs/outputs .data")
+    return edits
+
+
+def _restrictable(function: Node) -> list[Edit]:
+    tensors = set(parameter_names(function)[0:3:2])  # inputs, outputs
     pointers: dict[str, list[Node]] = {}  # per tensor, the pointers declared to its data
-    for node in walk(kernel.function):
+    for node in walk(function):
         if node.type != "declaration":
             continue
         for declarator in declarators(node):
@@ -1533,10 +1570,7 @@ def _restrict_pointers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
                 pointers.setdefault(tensor, []).append(pointer)
     # Two pointers to one tensor's data alias: `restrict` on them would say they do not.
     alone = [found[0] for found in pointers.values() if len(found) == 1]
-    edits = [edit for edit in map(_restricted, alone) if edit is not None]
-    if not edits:
-        _fail(strategy, None, "no unrestricted pointer is initialised from inputs/outputs .data")
-    return edits
+    return [edit for edit in map(_restricted, alone) if edit is not None]
 
 
 # The functions glibc's libmvec has vector versions of on x86_64 (exp, log, sin, cos and pow
@@ -2680,6 +2714,119 @@ def _written_arrays(node: Node) -> set[str]:
     return names
 
 
+# --- temporaries kept between calls ----------------------------------------------------------
+
+KEPT_NAME = "kope_kept"
+KEPT_SLOTS = 32
+ALLOCATORS = ("malloc", "kope_alloc")
+KEPT_SOURCE = f"""#include <stdlib.h>
+/* {KEPT_NAME}: a buffer of at least `bytes` for allocation site `slot`, kept from one call to
+ * the next (grown, never shrunk or freed): a temporary of megabytes from malloc is fresh
+ * pages on every call, each faulted in. While one caller holds the slot, another (a thread)
+ * gets its own from malloc; *held says which it was, for {KEPT_NAME}_done. */
+static void *{KEPT_NAME}_buffers[{KEPT_SLOTS}];
+static size_t {KEPT_NAME}_sizes[{KEPT_SLOTS}];
+static int {KEPT_NAME}_taken[{KEPT_SLOTS}];
+
+static void *{KEPT_NAME}(int slot, size_t bytes, int *held) {{
+    if (bytes == 0) bytes = 1;
+    *held = !__atomic_exchange_n(&{KEPT_NAME}_taken[slot], 1, __ATOMIC_ACQUIRE);
+    if (!*held) return malloc(bytes);
+    if ({KEPT_NAME}_sizes[slot] < bytes) {{
+        free({KEPT_NAME}_buffers[slot]);
+        {KEPT_NAME}_buffers[slot] = malloc(bytes);
+        {KEPT_NAME}_sizes[slot] = {KEPT_NAME}_buffers[slot] != NULL ? bytes : 0;
+    }}
+    return {KEPT_NAME}_buffers[slot];
+}}
+
+static void {KEPT_NAME}_done(int slot, void *buffer, int held) {{
+    if (held) {{
+        __atomic_store_n(&{KEPT_NAME}_taken[slot], 0, __ATOMIC_RELEASE);
+    }} else {{
+        free(buffer);
+    }}
+}}
+"""
+
+
+@dataclass(frozen=True)
+class _Allocation:
+    call: Node  # `malloc(n)`
+    pointer: str  # what it is assigned to
+    frees: tuple[Node, ...]  # the `free(pointer)` calls
+    function: Node
+
+
+def _keep_buffers(kernel: _Kernel, strategy: Strategy) -> list[Edit]:
+    if KEPT_NAME in identifiers(kernel.tree.root_node):
+        _fail(strategy, None, "the kernel keeps its buffers already")
+    sites = [site for function in kernel.functions for site in _freed_allocations(function)]
+    if not sites:
+        _fail(strategy, None, "no `p = malloc(n)` (or kope_alloc) whose p the kernel frees")
+    if len(sites) > KEPT_SLOTS:
+        _fail(strategy, None, f"{len(sites)} allocations, more than {KEPT_SLOTS} slots")
+    held = f"{KEPT_NAME}_held"
+    edits = []
+    for slot, site in enumerate(sites):
+        size = text(field(site.call, "arguments").named_children[0])  # type: ignore[union-attr]
+        edits.append(replacement(site.call, f"{KEPT_NAME}({slot}, {size}, &{held}[{slot}])"))
+        edits += [replacement(call, f"{KEPT_NAME}_done({slot}, {site.pointer}, {held}[{slot}])")
+                  for call in site.frees]  # fmt: skip
+    for function in {id(s.function): s.function for s in sites}.values():
+        body = field(function, "body")
+        assert body is not None  # _analyse found its loops in it
+        edits.append(insertion(body.start_byte + 1, f"\n    int {held}[{len(sites)}] = {{0}};"))
+    at = line_start(kernel.source, kernel.function.start_byte)
+    return [*edits, insertion(at, KEPT_SOURCE + "\n")]
+
+
+def _freed_allocations(function: Node) -> list[_Allocation]:
+    """Each allocation assigned straight to a pointer the function frees, and only allocated
+    there: `p = (T *)malloc(n);` or `T *p = malloc(n);`, then `free(p)`."""
+    calls = {name: [c for c in walk(function) if _called(c) == name] for name in ("free",)}
+    allocations = [c for c in walk(function) if _called(c) in ALLOCATORS]
+    pointers = [_assigned_to(call) for call in allocations]
+    found = []
+    for call, pointer in zip(allocations, pointers, strict=True):
+        if pointer is None or pointers.count(pointer) != 1:
+            continue
+        frees = tuple(c for c in calls["free"] if _only_argument(c) == pointer)
+        if frees:
+            found.append(_Allocation(call, pointer, frees, function))
+    return found
+
+
+def _called(node: Node) -> str | None:
+    callee = field(node, "function") if node.type == "call_expression" else None
+    return text(callee) if callee is not None and callee.type == "identifier" else None
+
+
+def _only_argument(call: Node) -> str | None:
+    arguments = field(call, "arguments")
+    named = arguments.named_children if arguments is not None else []
+    return text(named[0]) if len(named) == 1 and named[0].type == "identifier" else None
+
+
+def _assigned_to(call: Node) -> str | None:
+    """`p` in `p = (T *)call;` or `T *p = call;` (casts and parentheses between)."""
+    node = call
+    while node.parent is not None and node.parent.type in (
+        "cast_expression",
+        "parenthesized_expression",
+    ):
+        node = node.parent  # fmt: skip
+    parent = node.parent
+    if parent is None:
+        return None
+    if parent.type == "assignment_expression" and same(field(parent, "right"), node):
+        left = field(parent, "left")
+        return text(left) if left is not None and left.type == "identifier" else None
+    if parent.type == "init_declarator" and same(field(parent, "value"), node):
+        return declarator_name(parent)
+    return None
+
+
 _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "omp_parallel_for": _omp_parallel_for,
     "omp_parallel_private": _omp_parallel_private,
@@ -2696,4 +2843,5 @@ _TRANSFORMS: dict[str, Callable[[_Kernel, Strategy], list[Edit]]] = {
     "im2col_gemm": _im2col_gemm,
     "dots_by_gemm": _dots_by_gemm,
     "weighted_sums_by_gemm": _weighted_sums_by_gemm,
+    "keep_buffers": _keep_buffers,
 }
