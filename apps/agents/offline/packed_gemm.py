@@ -107,12 +107,19 @@ static void kope_micro_tile(const float *a, int64_t a_row, const float *bp, int6
     }
 }
 
+/* Dot products, rows shared between the threads, each sum vectorized (an OpenMP simd
+ * reduction may reorder it): for a product of few columns (a matrix times a vector), where a
+ * panel of KOPE_NR columns would be mostly padding, KOPE_NR times the work for one column;
+ * and when there is no memory to pack into. */
+#define KOPE_NARROW (KOPE_NR / 4)
 static void kope_plain_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
                             int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
                             float *c, int64_t ldc) {
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
             for (int64_t p = 0; p < k; ++p) {
                 sum += a[i * a_row + p * a_col] * b[p * b_row + j * b_col];
             }
@@ -191,32 +198,12 @@ static int64_t kope_lower_depth(int lower, int64_t last_row, int64_t pc, int64_t
     return last_row + 1 - pc < kc ? last_row + 1 - pc : kc;
 }
 
-/* A product of few columns (a matrix times a vector): a panel of KOPE_NR columns would be
- * mostly padding, KOPE_NR times the work for one column. Dot products instead, rows shared
- * between the threads, each sum vectorized (an OpenMP simd reduction may reorder it). */
-#define KOPE_NARROW (KOPE_NR / 4)
-static void kope_narrow_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
-                             int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
-                             float *c, int64_t ldc) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t p = 0; p < k; ++p) {
-                sum += a[i * a_row + p * a_col] * b[p * b_row + j * b_col];
-            }
-            c[i * ldc + j] = sum;
-        }
-    }
-}
-
 /* kope_masked_gemm: kope_packed_gemm, less what `lower` says a causal mask leaves out. */
 static void kope_masked_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_row,
                              int64_t a_col, const float *b, int64_t b_row, int64_t b_col,
                              float *c, int64_t ldc, int64_t kc_block, int lower) {
     if (lower == KOPE_FULL && n < KOPE_NARROW) {
-        kope_narrow_gemm(m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
+        kope_plain_gemm(m, n, k, a, a_row, a_col, b, b_row, b_col, c, ldc);
         return;
     }
     int64_t row_blocks = (m + KOPE_MR - 1) / KOPE_MR, panels = (n + KOPE_NR - 1) / KOPE_NR;
