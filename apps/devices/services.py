@@ -30,6 +30,7 @@ from apps.devices.evaluator import (
 from apps.devices.models import Evaluation, KernelSource, Profile
 from apps.devices.targets import TARGETS, target_get
 from apps.operators.models import OperatorCase, OperatorVersion
+from apps.operators.services import tensors_bytes
 from apps.operators.spec import spec_from_json
 from apps.sandbox.workdirs import remove_abandoned
 
@@ -112,12 +113,7 @@ def operator_under_test(version: OperatorVersion) -> OperatorUnderTest:
 
 def case_bytes(case: OperatorCase) -> int:
     """A case's inputs and outputs, from the shapes its reference recorded (0: not recorded)."""
-    tensors = [t for t in [*(case.inputs or []), *(case.outputs or [])] if "shape" in t]
-    return sum(math.prod(t["shape"]) * DTYPE_BYTES.get(t.get("dtype", ""), 8) for t in tensors)
-
-
-DTYPE_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
-               "bfloat16": 2, "int16": 2, "uint8": 1, "int8": 1, "bool": 1}  # fmt: skip
+    return tensors_bytes([*(case.inputs or []), *(case.outputs or [])])
 
 
 def claim_attempt(

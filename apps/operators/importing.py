@@ -42,6 +42,7 @@ from apps.operators.services import (
     suite_set,
     version_store,
     with_setting_attributes,
+    with_timing_case,
 )
 
 logger = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ def store_problem(
             if "ran out of memory" in failure.message:  # larger sizes only need more
                 break
             continue
+        kept = with_timing_case(kept)
         settled = with_setting_attributes(kept.definition, kept.outcomes)
         definition, no_start = with_lowered_start(settled, kept.outcomes)
         version, created = version_store(team=team, definition=definition,
@@ -310,7 +312,8 @@ def store_problem(
                   for case in kept.definition.spec.cases
                   if candidate.reference_kind == "npukernelbench"
                   and npukernelbench.RUN_AS in case.params]  # fmt: skip
-        return version, created, [*sizes, *problem.left_out, *kept.left_out, *ran_as, no_start]
+        notes = [*sizes, *problem.left_out, *kept.left_out, *ran_as, no_start]
+        return version, created, [note for note in notes if note]
     if len(tried) == 1:
         raise ImportProblem(tried[0].split(": ", 1)[1])
     raise ImportProblem("the reference fails at every size tried: " + "; ".join(tried))

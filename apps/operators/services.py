@@ -97,6 +97,41 @@ class KeptCases:
     left_out: list[str]  # "left out case 7: <why>", one per case left out
 
 
+TIMING_CASE_BYTES = 256 * 2**20
+DTYPE_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
+               "bfloat16": 2, "int16": 2, "uint8": 1, "int8": 1, "bool": 1}  # fmt: skip
+
+
+def tensors_bytes(tensors: list[dict[str, Any]]) -> int:
+    """The bytes of tensors as a reference described them (shape and dtype)."""
+    return sum(math.prod(t["shape"]) * DTYPE_BYTES.get(t.get("dtype", ""), 8)
+               for t in tensors if "shape" in t)  # fmt: skip
+
+
+def with_timing_case(kept: KeptCases) -> KeptCases:
+    """An operator whose cases name none to time (NPUKernelBench's rows do not) times the
+    largest of the cases every target holds whose inputs and outputs take at most
+    TIMING_CASE_BYTES (the smallest where each takes more): without one no kernel of it could
+    be timed, and a row of gigabytes would make every evaluation take minutes. The operator's
+    description says which case and why."""
+    spec = kept.definition.spec
+    if any(case.timing for case in spec.cases):
+        return kept
+    sizes = [tensors_bytes(o.get("inputs", []) + o["outputs"]) for o in kept.outcomes]
+    refused = [len(case_unsupported_targets(c.dtype, o))
+               for c, o in zip(spec.cases, kept.outcomes, strict=True)]  # fmt: skip
+    fits = [i for i, size in enumerate(sizes) if size <= TIMING_CASE_BYTES]
+    chosen = (max(fits, key=lambda i: (-refused[i], sizes[i])) if fits
+              else min(range(len(sizes)), key=lambda i: (refused[i], sizes[i])))  # fmt: skip
+    cases = [replace(c, timing=i == chosen) for i, c in enumerate(spec.cases)]
+    why = "the largest within" if fits else "the smallest: every case is over"
+    line = (f"Timed on case {cases[chosen].case_id} ({sizes[chosen] / 2**20:.1f} MiB of inputs "
+            f"and outputs, {why} {TIMING_CASE_BYTES // 2**20} MiB).")  # fmt: skip
+    description = "\n".join([spec.description, "", line]).strip()
+    definition = replace(kept.definition, spec=replace(spec, cases=cases, description=description))
+    return replace(kept, definition=definition)
+
+
 def kept_cases(definition: OperatorDefinition) -> KeptCases:
     """Run the reference on every case and keep those it ran: a case it failed on is left out,
     saying why, unless it is a timing case or no case is left (CasesFailed)."""

@@ -213,6 +213,9 @@ def test_a_rows_model_setting_reaches_the_kernel_as_an_attribute(
     assert verdict["status"] == "correct", verdict
     judged = {c["case_id"] for c in verdict["correct"]["cases"] if c["passed"]}
     assert judged == set(settings)
+    # The rows name no case to time: the import picks the largest (rows 0 and 1 tie; the first)
+    assert [c.case_id for c in version.cases.filter(timing=True)] == ["0"]
+    assert verdict["timed"]["case_id"] == "0" and "candidate" in verdict["timed"], verdict
 
 
 SQUARED_ERROR = """import torch

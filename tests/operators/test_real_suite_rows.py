@@ -18,13 +18,14 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.devices.cpu_c.build import build_shared_object
+from apps.operators.definitions import OperatorDefinition
 from apps.operators.importers import npukernelbench
 from apps.operators.importers.common import ProblemError
 from apps.operators.models import Operator, OperatorVersion
 from apps.operators.refrun import check_passed, check_precision, suite_row
 from apps.operators.sandbox import run_reference
-from apps.operators.services import definition_of
-from apps.operators.spec import spec_from_json
+from apps.operators.services import TIMING_CASE_BYTES, KeptCases, definition_of, with_timing_case
+from apps.operators.spec import CaseSpec, OperatorSpec, spec_from_json
 from tests.operators.conftest import SAMPLES
 from tests.operators.test_importers import outcomes, run_import
 
@@ -449,3 +450,29 @@ def test_a_package_the_problem_imports_still_sees_its_optional_modules_missing(
 
     outcome, note = outcomes(run)["level1/math/Spence"]
     assert outcome == "imported", note
+
+
+def kept_rows(sizes: dict[str, int], dtype: str = "float32") -> KeptCases:
+    """Cases of one float32 input of `sizes[case]` elements and an output like it."""
+    cases = [CaseSpec(case_id=case, params={}, dtype="") for case in sizes]
+    spec = OperatorSpec(slug="rows", name="rows", family="x", level=1, description="",
+                        inputs=[], outputs=[], cases=cases)  # fmt: skip
+    tensor = {case: {"shape": [n], "dtype": dtype} for case, n in sizes.items()}
+    definition = OperatorDefinition(spec=spec, reference_kind="npukernelbench",
+                                    reference_source={}, origin="npukernelbench")  # fmt: skip
+    outcomes = [{"inputs": [tensor[c]], "outputs": [tensor[c]]} for c in sizes]
+    return KeptCases(definition, outcomes, [])
+
+
+def test_rows_that_name_no_timing_case_time_the_largest_within_the_limit() -> None:
+    within = TIMING_CASE_BYTES // 8  # input and output of float32: exactly the limit
+    spec = with_timing_case(kept_rows({"a": 10, "huge": within + 1, "b": within})).definition.spec
+
+    assert [c.case_id for c in spec.cases if c.timing] == ["b"]
+    assert (
+        "Timed on case b (256.0 MiB of inputs and outputs, the largest within" in spec.description
+    )
+
+    spec = with_timing_case(kept_rows({"x": within * 4, "y": within * 2})).definition.spec
+    assert [c.case_id for c in spec.cases if c.timing] == ["y"]
+    assert "the smallest: every case is over 256 MiB" in spec.description
