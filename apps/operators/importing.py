@@ -334,7 +334,10 @@ def with_lowered_start(
         for case, outcome in cases
         if LOWERED_TARGET not in case_unsupported_targets(case.dtype, outcome)
     }
-    request["cases"] = [c for c in request["cases"] if c["case_id"] in supported]
+    shapes = {case.case_id: [t["shape"] for t in outcome["outputs"]]
+              for case, outcome in zip(definition.spec.cases, outcomes, strict=True)}  # fmt: skip
+    request["cases"] = [c | {"outputs": shapes[c["case_id"]]} for c in request["cases"]
+                        if c["case_id"] in supported]  # fmt: skip
     if not request["cases"]:
         return definition, f"no starting kernel: no case {LOWERED_TARGET} can represent"
     try:

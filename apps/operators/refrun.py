@@ -701,7 +701,8 @@ def lowered(reference: Reference, cases: list[dict[str, Any]]) -> dict[str, Any]
     if reference.model is None:
         return {"error": "the reference is no Model to lower (a KOPE reference function)"}
     build = reference.model
-    examples = ((functools.partial(build, case["params"]), inputs, case.get("attributes", []))
+    examples = ((functools.partial(build, case["params"]), inputs, case.get("attributes", []),
+                 case.get("outputs"))
                 for case, inputs in examples_to_trace(reference, cases))  # fmt: skip
     try:
         source, left_out = lower_variants(examples)

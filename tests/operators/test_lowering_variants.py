@@ -124,3 +124,28 @@ def test_cases_whose_model_fixes_other_sizes_each_get_a_trace(tmp_path: Path) ->
         assert_matches(*run_lowered(kernel, models[shape], calls[shape]), rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="returned 2"):
         run_lowered(kernel, Normalized((4, 4)), [torch.randn(2, 4, 4)])
+
+
+class SumOver(torch.nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(self.dim)
+
+
+def test_calls_of_one_input_shape_whose_outputs_differ_each_get_a_trace(tmp_path: Path) -> None:
+    """What the model is built with can make another output from the same inputs (a row's
+    setting the kernel is not given): where the outputs' shapes are known, a trace that makes
+    other shapes does not take the call."""
+    x = torch.randn(4, 6)
+    models = {0: SumOver(0), 1: SumOver(1)}
+    examples = [(models[d], [x], [], [list(models[d](x).shape)]) for d in models]
+
+    source, left_out = lower_variants(examples)
+    kernel = compile_kernel(source, tmp_path)
+
+    assert not left_out and source.count("static int kope_variant_") == 2
+    for model in models.values():
+        assert_matches(*run_lowered(kernel, model, [x]), rtol=1e-5, atol=1e-5)

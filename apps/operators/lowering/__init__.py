@@ -34,8 +34,13 @@ MAX_VARIANTS = 12  # NPUKernelBench's AbsMath needs 9: three ranks in each of th
 
 ModelSource = torch.nn.Module | Callable[[], torch.nn.Module]
 # A model, an example call, and optionally the attributes that call's kernel is given first
-# (the settings its model was built with, as numbers): a trace runs only where they are equal.
-Example = tuple[ModelSource, list[Any]] | tuple[ModelSource, list[Any], list[float]]
+# (the settings its model was built with, as numbers: a trace runs only where they are equal)
+# and the call's output shapes, where known.
+Example = (
+    tuple[ModelSource, list[Any]]
+    | tuple[ModelSource, list[Any], list[float]]
+    | tuple[ModelSource, list[Any], list[float], list[list[int]] | None]
+)
 
 
 def lower_variants(examples: Iterable[Example]) -> tuple[str, list[str]]:
@@ -51,8 +56,10 @@ def lower_variants(examples: Iterable[Example]) -> tuple[str, list[str]]:
     left_out: list[str] = []
     attempts = 0
     for model, inputs, *given in examples:
-        attributes = list(given[0]) if given else []
-        if any(t.attributes == attributes and accepts(t.program, inputs) for t in traced):
+        attributes: list[float] = list(given[0]) if given else []  # type: ignore[arg-type]
+        outputs: list[list[int]] | None = given[1] if len(given) > 1 else None  # type: ignore[assignment]
+        if any(t.attributes == attributes and accepts(t.program, inputs, outputs)
+               for t in traced):  # fmt: skip
             continue
         if attempts == MAX_VARIANTS:
             break

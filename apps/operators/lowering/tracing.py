@@ -14,7 +14,12 @@ from typing import Any
 import sympy  # type: ignore[import-untyped]
 import torch
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import ConstantArgument, InputKind, TensorArgument
+from torch.export.graph_signature import (
+    ConstantArgument,
+    InputKind,
+    OutputKind,
+    TensorArgument,
+)
 
 from apps.operators.lowering.builder import meta_dims
 from apps.operators.lowering.errors import LoweringError
@@ -74,11 +79,17 @@ def first_line(error: Exception) -> str:
     return lines[0][:300] if lines else type(error).__name__
 
 
-def accepts(program: ExportedProgram, example_inputs: list[Any]) -> bool:
+def accepts(
+    program: ExportedProgram,
+    example_inputs: list[Any],
+    output_shapes: list[list[int]] | None = None,
+) -> bool:
     """Whether the kernel lowered from `program` takes these inputs: the same number of
     tensors and scalars, each tensor of its dtype and rank, every size the trace fixed (by a
     size of 1, or by the model's code, as LayerNorm's normalized_shape does) the same, sizes
-    the trace ties together equal, within the trace's ranges, and the same scalar values."""
+    the trace ties together equal, within the trace's ranges, and the same scalar values;
+    and, where the call's output shapes are known, outputs of those shapes (a setting can
+    make another output from the same inputs: a loss's reduction, Fill's shape)."""
     tensors = [v for v in example_inputs if isinstance(v, torch.Tensor)]
     scalars = [v for v in example_inputs if not isinstance(v, torch.Tensor)]
     placeholders, constants = user_inputs(program)
@@ -92,7 +103,28 @@ def accepts(program: ExportedProgram, example_inputs: list[Any]) -> bool:
         for expr, size in zip(meta_dims(node), value.shape, strict=True):
             if not size_fits(expr, int(size), bound):
                 return False
-    return within_ranges(program, bound)
+    return within_ranges(program, bound) and outputs_fit(program, output_shapes, bound)
+
+
+def outputs_fit(
+    program: ExportedProgram, shapes: list[list[int]] | None, bound: dict[sympy.Symbol, int]
+) -> bool:
+    if shapes is None:
+        return True
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    specs = program.graph_signature.output_specs
+    nodes = [result for spec, result in zip(specs, output.args[0], strict=True)
+             if spec.kind == OutputKind.USER_OUTPUT]  # fmt: skip
+    if len(nodes) != len(shapes):
+        return False
+    for node, shape in zip(nodes, shapes, strict=True):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.dim() != len(shape):
+            return False
+        if not all(size_fits(e, int(s), dict(bound)) for e, s in zip(meta_dims(node), shape,
+                                                                      strict=True)):  # fmt: skip
+            return False
+    return True
 
 
 def user_inputs(program: ExportedProgram) -> tuple[list[torch.fx.Node], list[Any]]:
