@@ -21,6 +21,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -308,14 +309,39 @@ def start(
     files, a header); `popen`: stdin, stdout, stderr and pass_fds."""
     check_confinable()
     try:
-        return subprocess.Popen(
-            list(command), cwd=workdir, env=environment(step, workdir, env or {}),
-            start_new_session=True, close_fds=True,
-            preexec_fn=preexec(step, workdir, limits or POLICIES[step].default_limits, extra),
-            **{"stdin": subprocess.DEVNULL, **popen},
-        )  # fmt: skip
+        with ctrl_c_held() as held:
+            child = subprocess.Popen(
+                list(command), cwd=workdir, env=environment(step, workdir, env or {}),
+                start_new_session=True, close_fds=True,
+                preexec_fn=preexec(step, workdir, limits or POLICIES[step].default_limits, extra),
+                **{"stdin": subprocess.DEVNULL, **popen},
+            )  # fmt: skip
     except subprocess.SubprocessError as error:  # the child's stderr says which part failed
         raise SandboxUnavailable(f"the {step} step could not be confined: {error}") from None
+    if held:  # the caller never gets the child, so it is stopped here
+        kill_group(child)
+        signal.raise_signal(signal.SIGINT)  # to the handler that was there all along
+    return child
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[list[int]]:
+    """Hold a Ctrl-C that lands while a child is forked (the list says whether one came). A
+    Popen with a preexec_fn runs the at-fork hooks, logging's among them, and a KeyboardInterrupt
+    raised in a hook is printed as "Exception ignored" and lost: `evaluate` went on timing for
+    minutes after its Ctrl-C (seen in CI). Only the main thread may set a handler, and an
+    ignored Ctrl-C (a Celery pool process) or one handled outside Python is left as it is."""
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if not in_main_thread or previous in (signal.SIG_IGN, None):
+        yield held
+        return
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclass(frozen=True)

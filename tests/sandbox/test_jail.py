@@ -332,3 +332,28 @@ def test_a_parent_mapping_more_than_the_memory_limit_still_starts_a_confined_ste
     )  # fmt: skip
 
     assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+
+
+CTRL_C_DURING_THE_FORK = """
+import os, signal
+from apps.sandbox import policies
+os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))  # lands mid-fork
+with policies.workdir("kope-vet-") as folder:
+    try:
+        child = policies.start(policies.Step.VET, ["nm", "--version"], workdir=folder)
+    except KeyboardInterrupt:
+        print("stopped")
+    else:
+        print("ran on")
+        policies.kill_group(child)
+"""
+
+
+def test_a_ctrl_c_that_lands_while_a_step_is_forked_still_stops_the_command() -> None:
+    """A KeyboardInterrupt raised in an at-fork hook (logging has one) is printed as "Exception
+    ignored" and lost: `evaluate` timed on for two minutes after its Ctrl-C in CI."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C_DURING_THE_FORK], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    assert done.stdout == "stopped\n", done.stderr
+    assert "Exception ignored" not in done.stderr
