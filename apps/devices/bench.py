@@ -5,6 +5,7 @@
 * overhead_fraction: what a full evaluation costs beyond the candidate's own timed work,
   (wall time - sum of the candidate's timed samples) / that sum;
 * compile_cache_speedup: a cold compile against a lookup of the same source in the cache;
+* stage_seconds, per candidate: the verdict's seconds by stage, and "other" for the rest;
 * spread_median, spread_p90: how far the speedups of repeated evaluations of one candidate
   stray from their median, |speedup_i / median - 1|;
 * latency_spread_median, latency_spread_p90: the same for the candidate's own median latency,
@@ -83,6 +84,7 @@ class CandidateCosts:
     cached_lookup_s: float
     compile_cache_speedup: float
     speedup: float
+    stage_seconds: dict[str, float]  # the verdict's, plus "other": the wall time none of them took
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,13 @@ def candidate_costs(candidate: Candidate, evaluation: EvalSettings) -> Candidate
         slug=candidate.slug, wall_s=wall_s, candidate_work_s=work_s,
         overhead_fraction=(wall_s - work_s) / work_s, cold_compile_s=cold_s,
         cached_lookup_s=cached_s, compile_cache_speedup=cold_s / cached_s,
-        speedup=verdict["timed"]["speedup"],
+        speedup=verdict["timed"]["speedup"], stage_seconds=with_other(verdict, wall_s),
     )  # fmt: skip
+
+
+def with_other(verdict: dict[str, Any], wall_s: float) -> dict[str, float]:
+    stages = dict(verdict["stage_seconds"])
+    return {**stages, "other": round(wall_s - sum(stages.values()), 4)}
 
 
 def compile_times(source: str) -> tuple[float, float]:
@@ -213,6 +220,10 @@ def evaluator_table(report: dict[str, Any]) -> str:
         for c in report["candidates"]
     ]
     spread_of = report["spread"]
+    stages = [
+        f"{c['slug']:<14}" + ", ".join(f"{n} {s:.2f}" for n, s in c["stage_seconds"].items())
+        for c in report["candidates"]
+    ]
     return "\n".join([
         f"Evaluator benchmark: naive kernels, seeds={settings['seeds']} "
         f"warmup={settings['warmup']} repeats={settings['repeats']} "
@@ -221,6 +232,9 @@ def evaluator_table(report: dict[str, Any]) -> str:
         "",
         header,
         *rows,
+        "",
+        "seconds by stage (timing includes the reference's timed calls and the harness's start):",
+        *stages,
         "",
         f"overhead_fraction      {report['overhead_fraction']:.2f}  (median; wall time of a "
         "full evaluation beyond the candidate's timed samples, per unit of them)",

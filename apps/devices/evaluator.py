@@ -10,6 +10,7 @@ an expected output. The judge here compares files the harness left behind, after
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import hashlib
 import json
@@ -23,6 +24,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,7 +146,8 @@ def evaluate_candidate(
     verdict = new_verdict(options)
     require_confinement()  # gcc and nm read the candidate too: nothing runs unconfined
     try:
-        build = compile_kernel(source, options.extra_flags)
+        with stage(verdict, "compile"):
+            build = compile_kernel(source, options.extra_flags)
     except FlagsRejected as error:
         return finish(verdict, "rejected", reason=str(error))
     except CompileError as error:
@@ -156,7 +159,8 @@ def evaluate_candidate(
                            "sha256": file_sha256(build.path),
                            "warnings": [m.as_json() for m in build.warnings]}  # fmt: skip
     verdict["environment"]["flags"] = build.flags
-    problems = symbol_problems(build.path)
+    with stage(verdict, "vet"):
+        problems = symbol_problems(build.path)
     if problems:
         return finish(verdict, "rejected", reason="; ".join(problems))
     with Workspace(evaluation_bytes(operator, options.seeds)) as workspace:
@@ -207,14 +211,17 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, share
            options: EvalSettings, verdict: dict[str, Any],
            baseline_source: str | None = None) -> dict[str, Any]:  # fmt: skip
     runs = plan_runs(operator, options.seeds)
-    generate(workspace, operator, runs)
-    copy_inputs_for_repeats(workspace, runs)
+    with stage(verdict, "reference"):
+        generate(workspace, operator, runs)
+        copy_inputs_for_repeats(workspace, runs)
     verdict["flags"] += sorted(
         {f"constant inputs in {r.case_id}" for r in runs if r.generated.get("constant_inputs")}
     )
     shutil.copyfile(shared_object, workspace.sandbox / "kernel.so")
-    outcome = run_harness(workspace, correctness_manifest(runs, options), options)
-    verdict["correct"] = judge(workspace, operator, runs, outcome)
+    with stage(verdict, "correctness"):
+        outcome = run_harness(workspace, correctness_manifest(runs, options), options)
+    with stage(verdict, "judge"):
+        verdict["correct"] = judge(workspace, operator, runs, outcome)
     if outcome.failure:
         return finish(verdict, outcome.failure_kind, reason=outcome.failure)
     if not verdict["correct"]["ok"]:
@@ -228,17 +235,23 @@ def run_in(workspace: Workspace, operator: OperatorUnderTest, source: str, share
         )
     if options.timing:
         if baseline_source:
-            baseline = baseline_build(baseline_source, options)
+            with stage(verdict, "compile"):
+                baseline = baseline_build(baseline_source, options)
             shutil.copyfile(baseline, workspace.sandbox / "baseline.so")
-        verdict["timed"] = time_candidate(workspace, operator, runs, options, verdict["flags"],
-                                          with_baseline=bool(baseline_source))  # fmt: skip
+        with stage(verdict, "timing"):
+            verdict["timed"] = time_candidate(workspace, operator, runs, options,
+                                              verdict["flags"],
+                                              with_baseline=bool(baseline_source))  # fmt: skip
         if verdict["timed"].get("wrong_calls"):
             return wrong_when_timed(verdict)
     if options.profile:
-        verdict["profiled"] = profile(workspace, operator, runs, source, verdict.get("timed"),
-                                      verdict["compiled"]["flags"])  # fmt: skip
+        with stage(verdict, "profile"):
+            verdict["profiled"] = profile(workspace, operator, runs, source,
+                                          verdict.get("timed"),
+                                          verdict["compiled"]["flags"])  # fmt: skip
     if options.debug:
-        verdict["debugged"] = debug(workspace, runs, source)
+        with stage(verdict, "debug"):
+            verdict["debugged"] = debug(workspace, runs, source)
     return finish(verdict, "correct")
 
 
@@ -258,10 +271,22 @@ def new_verdict(options: EvalSettings) -> dict[str, Any]:
     return {
         "status": "pending", "reason": "", "target": TARGET, "settings": options.as_json(),
         "compiled": None, "correct": None, "timed": None, "profiled": None, "debugged": None,
-        "flags": [],
+        "flags": [], "stage_seconds": {},
         "environment": {"compiler": compiler_name(), "cpu_model": cpu_model(),
                         "threads": options.threads, "flags": []},
     }  # fmt: skip
+
+
+@contextlib.contextmanager
+def stage(verdict: dict[str, Any], name: str) -> Iterator[None]:
+    """Add the block's wall seconds to the verdict's `stage_seconds[name]`: where an
+    evaluation's time goes (`bench evaluator` sums them), whatever the block ended in."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent = verdict["stage_seconds"].get(name, 0.0) + time.perf_counter() - started
+        verdict["stage_seconds"][name] = round(spent, 4)
 
 
 def finish(verdict: dict[str, Any], status: str, *, reason: str = "") -> dict[str, Any]:
@@ -707,6 +732,22 @@ def chunk_errors(
     """(max abs error, max rel error, within tolerance, NaN where the reference has a number)."""
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     diff = np.abs(a - e)
+    if not np.isfinite(diff).all():  # a NaN or an infinity on either side
+        return nonfinite_chunk_errors(actual, expected, a, e, diff, spec)
+    magnitude = np.abs(e)
+    if actual.dtype.kind == "f":  # np.allclose's test, which for finite numbers is this one
+        within = bool((diff <= spec.max_abs + spec.max_rel * magnitude).all())
+    else:
+        within = bool(np.array_equal(actual, expected))
+    rel = diff / np.maximum(magnitude, 1e-12, out=magnitude)
+    return (float(diff.max()) if diff.size else 0.0, float(rel.max()) if rel.size else 0.0,
+            within, False)  # fmt: skip
+
+
+def nonfinite_chunk_errors(actual: np.ndarray, expected: np.ndarray, a: np.ndarray,
+                           e: np.ndarray, diff: np.ndarray,
+                           spec: OperatorSpec) -> tuple[float, float, bool, bool]:  # fmt: skip
+    """chunk_errors where a difference is not a finite number (about one chunk in many)."""
     nan = bool(np.isnan(diff).any() and not np.array_equal(np.isnan(a), np.isnan(e)))
     if actual.dtype.kind == "f":
         within = bool(np.allclose(a, e, rtol=spec.max_rel, atol=spec.max_abs, equal_nan=True))

@@ -34,6 +34,9 @@ def describe_verdict(verdict: dict[str, Any]) -> str:
     env = verdict["environment"]
     lines.append(f"environment: {env['compiler']}; {env['cpu_model']}; {env['threads']} thread(s); "
                  f"flags {' '.join(env['flags'])}")  # fmt: skip
+    if verdict.get("stage_seconds"):
+        spent = ", ".join(f"{name} {s:.2f}" for name, s in verdict["stage_seconds"].items())
+        lines.append(f"seconds by stage: {spent}")
     return "\n".join(lines)
 
 

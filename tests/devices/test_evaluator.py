@@ -10,14 +10,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from apps.devices.compile_errors import parse_compiler_output
 from apps.devices.evaluator import (
     EvalSettings,
     Run,
+    chunk_errors,
     evaluate_candidate,
     evaluation_bytes,
+    nonfinite_chunk_errors,
     paired_ratio,
     read_outcome,
     timing_summary,
@@ -31,6 +34,7 @@ from apps.devices.services import (
     kernel_source_store,
     operator_under_test,
 )
+from apps.devices.verdicts import describe_verdict
 from apps.operators.builtin_suite import read_builtin_suite
 from apps.sandbox.jail import sandbox_ids
 from tests.factories import stored_builtin
@@ -307,6 +311,49 @@ def test_a_stored_baseline_is_timed_beside_the_candidate_in_its_process(db: None
                               strict=True)
     ))  # fmt: skip
     assert EvalSettings.from_json(evaluation.options) == options
+
+
+def test_a_verdict_says_how_many_seconds_each_stage_took(db: None) -> None:
+    """Where an evaluation's time goes: each stage that ran, in order, summing to at most the
+    evaluation's wall time; the plain verdict prints them."""
+    version = stored_builtin("relu")
+    naive = next(f for f in read_builtin_suite() if f.spec.slug == "relu").naive_source
+    options = EvalSettings(seeds=1, warmup=1, repeats=3, profile=True)
+    started = time.perf_counter()
+    verdict = evaluate_candidate(operator_under_test(version), naive, options, naive)
+    wall_s = time.perf_counter() - started
+
+    stages = verdict["stage_seconds"]
+    assert verdict["status"] == "correct", verdict
+    assert list(stages) == ["compile", "vet", "reference", "correctness", "judge", "timing",
+                            "profile"]  # fmt: skip
+    assert all(seconds >= 0 for seconds in stages.values())
+    assert stages["timing"] > 0 and stages["profile"] > 0
+    assert sum(stages.values()) <= wall_s
+    assert "seconds by stage: compile " in describe_verdict(verdict)
+
+
+def test_the_judge_shortcut_for_finite_outputs_agrees_with_the_full_comparison() -> None:
+    """Finite chunks take a shorter path than those with a NaN or an infinity; on finite
+    numbers both must give the same errors and the same verdict, at the tolerance's edge too."""
+    spec = next(f for f in read_builtin_suite() if f.spec.slug == "relu").spec
+    rng = np.random.default_rng(7)
+    expected = rng.standard_normal(4096).astype(np.float32) * 100
+    verdicts = []
+    edge = (spec.max_abs + spec.max_rel * np.abs(expected.astype(np.float64))).astype(np.float32)
+    for actual in (expected.copy(), expected + edge * 0.5, expected + edge * 3,
+                   expected + rng.standard_normal(4096).astype(np.float32) * 1e-3):  # fmt: skip
+        a, e = actual.astype(np.float64), expected.astype(np.float64)
+        general = nonfinite_chunk_errors(actual, expected, a, e, np.abs(a - e), spec)
+        assert chunk_errors(actual, expected, spec) == general
+        verdicts.append(general[2])
+    assert verdicts == [True, True, False, False]  # the last: noise beyond a tight tolerance
+    whole = np.arange(64, dtype=np.int32)
+    assert chunk_errors(whole, whole, spec) == (0.0, 0.0, True, False)
+    assert chunk_errors(whole + 1, whole, spec)[2] is False
+    with_nan = expected.copy()
+    with_nan[5] = np.nan
+    assert chunk_errors(with_nan, expected, spec)[2:] == (False, True)
 
 
 def test_a_baseline_that_is_not_stored_fails_the_evaluation_with_why(db: None) -> None:
