@@ -55,6 +55,7 @@ lint:
 	@date -u '+[%T] lint'
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache  # the layers of apps/: docs/architecture.md
 
 typecheck:
 	@date -u '+[%T] typecheck'

@@ -20,9 +20,9 @@ from ninja.parser import Parser
 from ninja.types import DictStrAny
 
 from apps.accounts.api import router as accounts_router
-from apps.core.api_auth import API_AUTH
+from apps.accounts.api_auth import API_AUTH
+from apps.accounts.idempotency import claim_or_replay, document_header, keep_answer
 from apps.core.errors import DomainError, PermissionDenied
-from apps.core.idempotency import claim_or_replay, document_header, keep_answer
 from apps.devices.api import router as devices_router
 from apps.memory.api import router as memory_router
 from apps.memory.cases_api import router as cases_router
@@ -114,7 +114,7 @@ ERROR_SCHEMA = {
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
     }},
 }  # fmt: skip
-# What any operation may answer instead of its success (README, "The API"); a change may also
+# What any operation may answer instead of its success (docs/api.md); a change may also
 # meet a conflict or a body over the limit.
 ERROR_ANSWERS = {
     400: "The request cannot be read or is refused as asked (`invalid`, `http_400`, …)",

@@ -148,7 +148,7 @@ def run(data_dir: Path, names: list[str], seconds: int, rounds: int) -> list[Any
     from django.core.management import call_command
     from django.db import connection
 
-    from apps.core.management.commands.runstack import stop_all, stop_like_ctrl_c
+    from apps.workbench.management.commands.runstack import stop_all, stop_like_ctrl_c
     from loadtest import seed
 
     # As Ctrl-C: without it, SIGTERM (`timeout make load`, a cancelled job) would end the run
@@ -179,7 +179,7 @@ def run(data_dir: Path, names: list[str], seconds: int, rounds: int) -> list[Any
 
 
 def start_stack(data_dir: Path, url: str) -> dict[str, subprocess.Popen[bytes]]:
-    """Daphne, and the agent and device workers apart, as on many hosts (see the README)."""
+    """Daphne, and the agent and device workers apart, as on many hosts (see docs/many-hosts.md)."""
     port = url.rsplit(":", 1)[1]
     daphne = ["-m", "daphne", "-b", "127.0.0.1", "-p", port, "kope_web.asgi:application"]
     return {
@@ -194,7 +194,7 @@ def wait_for_stack(url: str, children: dict[str, subprocess.Popen[bytes]], data_
     data_dir, removed as the run exits."""
     from django.core.management.base import CommandError
 
-    from apps.core.management.commands.runstack import wait_until_answering
+    from apps.workbench.management.commands.runstack import wait_until_answering
 
     try:
         wait_until_answering(f"{url}/accounts/login/", list(children.values()))

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from apps.workbench.bench import answers
+from apps.benchmarks.web import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 

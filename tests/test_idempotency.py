@@ -1,5 +1,5 @@
 """`Idempotency-Key` on the API: a change sent again with its key is done once, and the retry
-gets the first answer (apps/core/idempotency.py). The race of two at once is in
+gets the first answer (apps/accounts/idempotency.py). The race of two at once is in
 tests/test_concurrent_actions.py."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerDown
 
+from apps.accounts.idempotency import fingerprint
 from apps.accounts.models import ApiToken, IdempotentRequest, Membership, Team
 from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create
-from apps.core.idempotency import fingerprint
 from apps.memory.models import Rule
 from apps.runs.models import OptimizationSession
 from kope_web.api import api

@@ -8,6 +8,7 @@ from ninja import Router, Status
 from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
+from apps.accounts.idempotency import answer_never_kept
 from apps.accounts.models import ApiToken, Membership
 from apps.accounts.roles import Permission
 from apps.accounts.schemas import (
@@ -19,7 +20,6 @@ from apps.accounts.schemas import (
     TokenOut,
     UserOut,
 )
-from apps.core.idempotency import answer_never_kept
 from apps.core.pagination import LimitOffset
 
 router = Router(tags=["accounts"])

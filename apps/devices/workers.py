@@ -7,12 +7,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
 from apps.accounts.models import Team
 from apps.devices.tasks import report_alive
-from kope_web.celery import app
 
 CHECK_EXPIRES_S = 30
 
@@ -32,7 +32,7 @@ def known_queues() -> list[str]:
 def workers_online() -> list[WorkerInfo]:
     """Ask every worker over the broker's broadcast channel (kope_web.celery.workbench_status);
     the silent are not listed."""
-    replies = app.control.broadcast(
+    replies = current_app.control.broadcast(
         "workbench_status", reply=True, timeout=settings.WORKER_PING_TIMEOUT_S
     )
     answers = {name: answer for reply in replies or [] for name, answer in reply.items()}

@@ -14,7 +14,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership
-from apps.agents.coldstart.vectors import document_origin
+from apps.memory.coldstart.vectors import document_origin
 from apps.memory.hot import hot_memory_budget, hot_memory_standings
 from apps.memory.knowledge import (
     KINDS,

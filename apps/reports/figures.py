@@ -3,7 +3,7 @@
 A suite report reads like the papers' tables. Every operator the session was configured with
 counts: one that never finished (a stopped or failed session) is a failure, not a gap. The
 arithmetic (pass rate, geometric means, fraction faster, median self-acceleration) is the
-benchmark's own, apps/runs/bench.py, so a report agrees with the figures `manage.py bench
+benchmark's own, apps/benchmarks/kernels.py, so a report agrees with the figures `manage.py bench
 kernels` gives as the sessions recorded them (the benchmark's headline ratios are timed again
 side by side, which a report, reading only the database, does not do).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from apps.runs.bench import OperatorResult, geomean, latency_ratio, mode_summary
+from apps.benchmarks.kernels import OperatorResult, geomean, latency_ratio, mode_summary
 
 
 @dataclass(frozen=True)

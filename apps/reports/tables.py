@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.runs.bench import fmt
+from apps.benchmarks.kernels import fmt
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,6 @@ def sessions_held() -> set[int]:
 def embed_cold_start_documents() -> None:
     """Put the targets' cold-start documents in the knowledge base (queued by `bootstrap`).
     Safe to run twice: keyed by document, and one whose text is unchanged is left alone."""
-    from apps.agents.coldstart.vectors import cold_start_vectors_store
+    from apps.memory.coldstart.vectors import cold_start_vectors_store
 
     cold_start_vectors_store()

@@ -54,7 +54,7 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Policy:
     step: Step
-    program: str  # what runs, for the README's table and error messages
+    program: str  # what runs, for the sandbox table in docs/evaluator.md and error messages
     files: Callable[[], Files] | None  # None: no Landlock (the GPU steps, for now)
     environment: frozenset[str]  # variables a caller may set, beside BASE_ENVIRONMENT's
     launch_filter: seccomp.Profile | None  # installed before the program starts

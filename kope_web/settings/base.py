@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.devices",
     "apps.memory",
     "apps.runs",
+    "apps.benchmarks",
     "apps.workbench",
     "apps.reports",
 ]

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.agents.coldstart import cold_start_documents, document_text, first_section
+from apps.agents.coldstart import cold_start_documents
 from apps.agents.context import Tier, pack
 from apps.core.tokens import count_tokens
 from apps.devices.cpu_c.build import ALLOWED_EXTRA_FLAGS, BASE_FLAGS
 from apps.devices.cpu_c.harness import Call, load_kernel
 from apps.devices.symbols import symbol_problems
+from apps.memory.coldstart import document_text, first_section
 
 HEADER_DIR = Path(__file__).resolve().parents[2] / "apps" / "devices" / "cpu_c"
 EXAMPLE_OPERATORS = ["axpby", "row_sum", "softmax_rows", "gemm"]

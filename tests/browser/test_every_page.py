@@ -20,8 +20,8 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
-from apps.agents.coldstart.vectors import cold_start_vectors_store
 from apps.devices.services import evaluation_execute
+from apps.memory.coldstart.vectors import cold_start_vectors_store
 from apps.memory.compare_views import profile_start
 from apps.memory.models import Case
 from apps.memory.rules import rule_approve

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
-from apps.agents.coldstart.vectors import cold_start_vectors_store
+from apps.memory.coldstart.vectors import cold_start_vectors_store
 from tests.factories import MembershipFactory, TeamFactory
 from tests.memory.test_knowledge_pages import LOOP_ORDER, TILING, propose, record
 from tests.processes import daphne
@@ -74,7 +74,7 @@ def test_searching_the_knowledge_base(
 
         hit.get_by_role("link", name="Debugging cpu-c kernels").click()
         expect(page.get_by_role("heading", level=1)).to_have_text("Debugging cpu-c kernels")
-        expect(page.locator("main")).to_contain_text("apps/agents/coldstart/cpu-c/debugging.md")
+        expect(page.locator("main")).to_contain_text("apps/memory/coldstart/cpu-c/debugging.md")
         page.go_back()
         expect(page.get_by_role("searchbox")).to_have_value(
             "the output has NaN where elements were never written"

@@ -8,7 +8,7 @@ import socket
 import pytest
 from django.core.management import CommandError
 
-from apps.core.management.commands.runstack import ensure_port_free, url_of
+from apps.workbench.management.commands.runstack import ensure_port_free, url_of
 
 
 def ipv6_loopback() -> bool:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from apps.core.management.commands import runstack
-from apps.core.management.commands.runstack import Child, supervise
+from apps.workbench.management.commands import runstack
+from apps.workbench.management.commands.runstack import Child, supervise
 from tests.processes import wait_until
 
 # Starts a process of its own (as a worker's pool process), says its pid, then dies at once.

@@ -8,7 +8,7 @@ import sys
 import psutil
 from django.db import ProgrammingError
 
-from apps.core.management.commands.runstack import caused_by_ctrl_c, stop_all
+from apps.workbench.management.commands.runstack import caused_by_ctrl_c, stop_all
 
 # A parent that leaves on SIGTERM at once, and a child of its own that SIGTERM never reaches
 # (as a Celery pool process outliving its worker would).

@@ -230,9 +230,9 @@ def test_no_module_outside_the_sandbox_starts_processes_but_the_trusted_ones() -
     """Every process that touches outside code is started by apps/sandbox/policies.py. The
     others start trusted programs only; a new one must be added here, with its reason."""
     trusted = {
-        "apps/core/management/commands/runstack.py": "the stack's own processes",
+        "apps/workbench/management/commands/runstack.py": "the stack's own processes",
         "kope_web/embedded_db.py": "the embedded PostgreSQL",
-        "apps/workbench/bench.py": "a server of our own, for the load benchmark",
+        "apps/benchmarks/web.py": "a server of our own, for the load benchmark",
         "apps/devices/cpu_c/gcc.py": "gcc --version",
         "apps/devices/gpu/device.py": "nvidia-smi",
         "apps/operators/warmrunner.py": "the warm reference runner, before any outside code",

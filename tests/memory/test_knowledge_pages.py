@@ -11,8 +11,8 @@ from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.coldstart import DOCUMENTS
-from apps.agents.coldstart.vectors import cold_start_vectors_stale, cold_start_vectors_store
+from apps.memory.coldstart import DOCUMENTS
+from apps.memory.coldstart.vectors import cold_start_vectors_stale, cold_start_vectors_store
 from apps.memory.journal import journal_append
 from apps.memory.models import MemoryVector, Rule
 from apps.memory.retrieval import Query, retrieve
@@ -111,10 +111,10 @@ def test_a_search_finds_a_document_by_meaning_and_its_page_names_the_file(
                   kind="document")  # fmt: skip
 
     assert keys_on(page)[0] == "doc:cpu-c:debugging"
-    assert "apps/agents/coldstart/cpu-c/debugging.md" in page
+    assert "apps/memory/coldstart/cpu-c/debugging.md" in page
     document = viewer.get(f"/t/{team.slug}/knowledge/documents/doc:cpu-c:debugging/")
     assert document.status_code == 200
-    assert "apps/agents/coldstart/cpu-c/debugging.md" in document.content.decode()
+    assert "apps/memory/coldstart/cpu-c/debugging.md" in document.content.decode()
     assert "Reading the verdict" in document.content.decode()  # the whole text, not a summary
 
 

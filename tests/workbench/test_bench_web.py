@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.accounts.models import Team
-from apps.workbench.bench import web_table
+from apps.benchmarks.web import web_table
 from tests.workbench.test_live_events import process_env
 
 FIGURES = ("forest_60_ms", "session_40_events_ms", "event_delay_p95_ms")  # at --quick's sizes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apps.agents.coldstart import DOCUMENTS, document_text, first_section
+from apps.memory.coldstart import DOCUMENTS, document_key, document_text, first_section
 from apps.memory.embeddings import model_version
 from apps.memory.knowledge import document_vector_store
 from apps.memory.models import MemoryVector
@@ -25,10 +25,6 @@ def cold_start_vectors_store() -> list[MemoryVector]:
             stored.append(document_vector_store(key=key, text=text, summary=first_section(text),
                                                 target=target))  # fmt: skip
     return stored
-
-
-def document_key(target: str, name: str) -> str:
-    return f"doc:{target}:{name}"
 
 
 def document_origin(key: str) -> str | None:

@@ -26,17 +26,8 @@ from typing import Any
 from django.utils import timezone
 
 from apps.accounts.models import Team
-from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
-from apps.operators.importing import (
-    IMPORTED,
-    SKIPPED,
-    UNCHANGED,
-    ImportRequestError,
-    import_execute,
-    import_start,
-)
-from apps.operators.models import ImportRun, OperatorVersion
-from apps.runs.bench import (
+from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
+from apps.benchmarks.kernels import (
     KernelsOptions,
     OperatorResult,
     best_case,
@@ -47,6 +38,15 @@ from apps.runs.bench import (
     run_session,
     side_by_side,
 )
+from apps.operators.importing import (
+    IMPORTED,
+    SKIPPED,
+    UNCHANGED,
+    ImportRequestError,
+    import_execute,
+    import_start,
+)
+from apps.operators.models import ImportRun, OperatorVersion
 from apps.runs.loop import evaluate_here_since
 from apps.runs.models import OptimizationSession
 

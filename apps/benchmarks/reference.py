@@ -21,7 +21,7 @@ from typing import Any
 
 from django.test.utils import override_settings
 
-from apps.devices.bench import (
+from apps.benchmarks.evaluator import (
     CANDIDATE_SLUGS,
     QUICK_SLUGS,
     Benchmark,

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.services import admin_bootstrap
-from apps.agents.coldstart.vectors import cold_start_vectors_stale
+from apps.memory.coldstart.vectors import cold_start_vectors_stale
 from apps.operators.services import ImportProblem, builtin_suite_load, builtin_suite_loaded
 from apps.operators.spec import SpecError
 from apps.runs.tasks import embed_cold_start_documents

@@ -58,7 +58,7 @@ from websockets.typing import Origin
 
 from apps.accounts.models import Membership, Team
 from apps.accounts.roles import Role
-from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
+from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append
 from apps.operators.builtin_suite import builtin_definition, read_builtin_suite

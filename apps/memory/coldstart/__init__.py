@@ -1,15 +1,15 @@
 """Cold-start documents: what an agent reads about a target before it has any experience.
 
-SAGE's cold-start set, one folder of Markdown files per target. Each document becomes a COLD
-context item whose short form is its first section (title, introduction and the first `##`
-section, which every document keeps as a self-contained summary).
+SAGE's cold-start set and KOPE's cold tier, one folder of Markdown files per target. Memory keeps
+them (here) and stores each in the knowledge base as a shared memory vector (`vectors`); the
+agent's context admits each as a COLD item whose short form is its first section (title,
+introduction and the first `##` section, which every document keeps as a self-contained
+summary): apps/agents/coldstart.py.
 """
 
 from __future__ import annotations
 
 from importlib import resources
-
-from apps.agents.context import ContextItem, Tier
 
 # Per target, its documents in the order they matter, most useful first.
 DOCUMENTS = {
@@ -19,26 +19,16 @@ DOCUMENTS = {
 }
 
 
-def cold_start_documents(target: str) -> list[ContextItem]:
+def document_names(target: str) -> tuple[str, ...]:
     names = DOCUMENTS.get(target)
     if names is None:
         known = ", ".join(sorted(DOCUMENTS))
         raise ValueError(f"no cold-start documents for target {target!r} (known: {known})")
-    return [
-        document_item(target, name, priority=float(len(names) - position))
-        for position, name in enumerate(names)
-    ]
+    return names
 
 
-def document_item(target: str, name: str, *, priority: float) -> ContextItem:
-    text = document_text(target, name)
-    return ContextItem(
-        key=f"doc:{target}:{name}",
-        tier=Tier.COLD,
-        text=text,
-        short_text=first_section(text),
-        priority=priority,
-    )
+def document_key(target: str, name: str) -> str:
+    return f"doc:{target}:{name}"
 
 
 def document_text(target: str, name: str) -> str:

@@ -41,7 +41,7 @@ from psycopg.types.json import Jsonb
 # A measurement harness, so it may reach up to the agent's context packing, which the
 # retrieval feeds; nothing at run time in apps.memory imports apps.agents.
 from apps.agents.context import ContextItem, Tier, pack, pack_passive
-from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
+from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.memory.embeddings import DIMENSIONS, MODEL_NAME, Embeddings, embed, model_version
 from apps.memory.models import MemoryVector
 from apps.memory.retrieval import (
@@ -102,7 +102,7 @@ DIAGNOSTICS = (
 OUTCOMES = ("improved", "regressed", "no_change", "incorrect", "compile_error")
 SESSION_OPERATOR = "softmax_rows"
 SESSION_FAMILY = "normalization"
-COLDSTART_DIR = Path(__file__).resolve().parents[1] / "agents" / "coldstart" / "cpu-c"
+COLDSTART_DIR = Path(__file__).resolve().parents[1] / "memory" / "coldstart" / "cpu-c"
 RESIDENT_RULES = (
     "Index tensors with int64_t; never int.",
     "Handle the scalar tail of every vectorised loop; test 1-element and odd shapes.",

@@ -45,7 +45,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.agents.policy import candidate_of_case
-from apps.devices.bench import Benchmark, BenchmarkError, BenchOptions
+from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
 from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
 from apps.memory.models import Case, JournalEvent

@@ -7,14 +7,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.benchmarks.evaluator import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
+from apps.benchmarks.kernels import KernelsOptions, default_out_dir, kernels_benchmark_for
+from apps.benchmarks.reference import REFERENCE_BENCHMARK
+from apps.benchmarks.retrieval import DEFAULT_CASES, retrieval_benchmark_for
+from apps.benchmarks.suite import SuiteOptions, suite_benchmark_for
+from apps.benchmarks.web import WEB_BENCHMARK
 from apps.core.commands import require_a_migrated_database, unwritable_folder
-from apps.devices.bench import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EVAL_BOUNDS
-from apps.devices.reference_bench import REFERENCE_BENCHMARK
-from apps.memory.bench import DEFAULT_CASES, retrieval_benchmark_for
-from apps.runs.bench import KernelsOptions, default_out_dir, kernels_benchmark_for
-from apps.runs.suite_bench import SuiteOptions, suite_benchmark_for
-from apps.workbench.bench import WEB_BENCHMARK
 
 
 class Command(BaseCommand):
