@@ -280,11 +280,13 @@ def test_a_dockerfile_whose_final_stage_runs_as_root_is_reported(dockerfile: str
     assert dockerfile_user_problems(dockerfile) != []
 
 
-def test_every_setting_variable_is_documented_in_the_readme_and_env_example() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_every_setting_variable_is_documented_and_in_env_example() -> None:
+    """The documentation as a whole: README.md and every page under docs/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    documentation = "\n".join(page.read_text() for page in pages)
     example = (ROOT / ".env.example").read_text()
     variables = {v for v in settings_variables() if not v.endswith("_FILE")}
-    assert sorted(v for v in variables if f"`{v}`" not in readme) == []
+    assert sorted(v for v in variables if f"`{v}`" not in documentation) == []
     assert sorted(v for v in variables if v not in example) == []
 
 
