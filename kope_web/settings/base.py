@@ -303,7 +303,7 @@ KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
 # Workers that may die importing one problem before it is left out and the import goes on.
 KOPE_IMPORT_MAX_ATTEMPTS = env_int("KOPE_IMPORT_MAX_ATTEMPTS", 2, minimum=1, maximum=10)
 
-# --- Device execution: evaluating candidate kernels (apps/devices/evaluator.py) -------------
+# --- Device execution: evaluating candidate kernels (apps/devices/evaluator/) ---------------
 # The first four have the bounds of evaluator.EVAL_BOUNDS.
 KOPE_EVAL_THREADS = env_int("KOPE_EVAL_THREADS", 1, minimum=1, maximum=1024)
 KOPE_EVAL_SEEDS = env_int("KOPE_EVAL_SEEDS", 3, minimum=1, maximum=20)

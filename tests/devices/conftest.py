@@ -22,5 +22,5 @@ def past_the_scan(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         objections.extend(p for p in problems if p.startswith(OWN_SYSTEM_CALLS))
         return [p for p in problems if not p.startswith(OWN_SYSTEM_CALLS)]
 
-    monkeypatch.setattr("apps.devices.evaluator.symbol_problems", all_but_own_system_calls)
+    monkeypatch.setattr("apps.devices.evaluator.pipeline.symbol_problems", all_but_own_system_calls)
     return objections

@@ -1,4 +1,4 @@
-"""Adversarial cpu-c kernels against the full evaluator (apps/devices/evaluator.py).
+"""Adversarial cpu-c kernels against the full evaluator (apps/devices/evaluator/).
 
 Each kernel in tests/devices/adversarial/ tries one way to cheat, break or escape the
 pipeline; each test asserts the verdict and the evidence behind it. Most kernels target

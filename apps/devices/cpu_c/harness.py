@@ -5,7 +5,7 @@ Step.HARNESS: its own session, a fresh network namespace, an unprivileged uid, r
 limits, a cleared environment, Landlock, an empty work dir) and installs a seccomp filter
 before the kernel is loaded.
 It never sees expected outputs or the judge's seeds: it writes what the kernel produced into
-files the judge (apps/devices/evaluator.py) reads after this process has exited.
+files the judge (apps/devices/evaluator/judging.py) reads after this process has exited.
 
 Progress goes to stdout as `start RUN` / `done RUN STATUS` lines so a crash is pinned to a
 run; the last line is `result {json}`. Imports no Django.

@@ -1,5 +1,5 @@
-"""The timing channel between the judge (apps/devices/evaluator.py) and the confined harness
-(harness.py), written once for both sides.
+"""The timing channel between the judge (apps/devices/evaluator/timing.py) and the confined
+harness (harness.py), written once for both sides.
 
 Each order and each reply is one RECORD: a tag, the iteration, a nonce the reply repeats, and
 the kernel's status. A timed order (GO or SWAPPED) makes the harness call the reference, reply
