@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apps.agents.offline.policy import followed_case_id, loop_number
+from apps.agents.offline.evidence import loop_number
+from apps.agents.offline.path_moves import followed_case_id
 from apps.devices.evaluator import read_outcome
 from apps.memory.keys import id_in_key
 from apps.memory.knowledge import Result

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from apps.agents.offline.evidence import LOWERINGS, prior_order
 from apps.agents.offline.features import kernel_features
-from apps.agents.offline.policy import LOWERINGS, prior_order
 from apps.agents.offline.transforms import Strategy, TransformError, apply
 from apps.operators.lowering import lower_module
 from tests.operators.lowering_support import assert_matches, compile_kernel, run_lowered

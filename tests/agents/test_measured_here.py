@@ -7,13 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import (
-    OfflineSearchPolicy,
-    gather_evidence,
-    measured_from_here,
-    moves,
-    retrieved_cases,
-)
+from apps.agents.offline.evidence import gather_evidence, measured_from_here, retrieved_cases
+from apps.agents.offline.moves import moves
+from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
 from apps.devices.services import kernel_source_store
 from apps.memory.journal import journal_append

@@ -5,17 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import (
-    LOWERINGS,
-    Evidence,
-    OfflineSearchPolicy,
-    evidence_for,
-    flag_moves,
-    move_of,
-    moves,
-    strategy_name,
-    walks_memory_worse,
-)
+from apps.agents.offline.evidence import LOWERINGS, Evidence, evidence_for
+from apps.agents.offline.moves import flag_moves, move_of, moves, strategy_name
+from apps.agents.offline.policy import OfflineSearchPolicy, walks_memory_worse
 from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
 from apps.devices.services import kernel_source_store

@@ -7,7 +7,8 @@ import os
 from dataclasses import replace
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import FLAG_SETS, OfflineSearchPolicy, label_params, moves
+from apps.agents.offline.moves import FLAG_SETS, label_params, moves
+from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.offline.replay import paths, replay_label, steps_of
 from apps.agents.offline.transforms import apply, strategy_from_label
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation

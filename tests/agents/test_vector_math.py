@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from apps.accounts.models import Team
-from apps.agents.offline.policy import NO_MATH_ERRNO, OfflineSearchPolicy, culprits, moves
+from apps.agents.offline.moves import NO_MATH_ERRNO, culprits, moves
+from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.offline.replay import steps_of
 from apps.agents.offline.transforms import DECLARE_SIMD, Strategy, TransformError, apply
 from apps.agents.policy import Attempt, Candidate

@@ -4,7 +4,7 @@ starting kernel to the best kernel of its tree, in order.
 A retrieved case points to its tree (the cases of one operator in one session); the lineage
 of the tree's last incumbent, back to its start, is the path, each step with its share of the
 speedup it brought there. The offline policy replays a path on a starting kernel as one
-candidate (see policy.replay_moves), so what took a similar operator several rounds to find
+candidate (see path_moves.replay_moves), so what took a similar operator several rounds to find
 costs one here. A replayed candidate's label names the case it followed and the steps it
 applied, so a path through it expands to those steps.
 """
