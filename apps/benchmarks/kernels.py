@@ -52,11 +52,11 @@ from apps.memory.models import Case, JournalEvent
 from apps.operators.models import OperatorVersion, Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.config import Budgets, Measurement
+from apps.runs.evaluators import evaluate_here_since
 from apps.runs.loop import (
     Evaluate,
     advance,
     baseline_settings,
-    evaluate_here_since,
     replaces_incumbent,
     timed_kernel,
 )

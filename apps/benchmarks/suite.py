@@ -47,7 +47,7 @@ from apps.operators.importing import (
     import_start,
 )
 from apps.operators.models import ImportRun, OperatorVersion
-from apps.runs.loop import evaluate_here_since
+from apps.runs.evaluators import evaluate_here_since
 from apps.runs.models import OptimizationSession
 
 MODE = "read_write"

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -67,11 +64,11 @@ from apps.memory.values import (
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
 from apps.runs.config import OperatorEntry, SessionConfig
+from apps.runs.judging import judge, ran_as_parent
 from apps.runs.models import OptimizationSession
 
 logger = logging.getLogger(__name__)
 
-IMPROVEMENT_MARGIN = 0.02  # faster by more than timing noise (~3% spread at the median)
 RETRIEVAL_LIMIT = 12
 LOCK_NAMESPACE = 7_001  # pg_advisory_lock(namespace, session id): one advancer per session
 STATUS = OptimizationSession.Status
@@ -706,94 +703,6 @@ def operator_summary(slug: str, reason: str, progress: Progress) -> dict[str, An
     }  # fmt: skip
 
 
-# --- judging a verdict into a case's outcome --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Judged:
-    outcome: str
-    correct: bool
-    latency_ms: float | None = None
-    speedup_vs_reference: float | None = None
-    speedup_vs_parent: float | None = None
-    validation: dict[str, Any] | None = None
-    feedback: dict[str, Any] | None = None
-
-
-SAME_BINARY_NOTE = ("gcc compiled this candidate to the very shared object its parent ran, "
-                    "with the same threads: the change does nothing to the kernel, and any "
-                    "difference in time is noise")  # fmt: skip
-
-
-def ran_as_parent(evaluation: Evaluation, candidate: Candidate, parent: Case | None) -> bool:
-    """Whether the candidate ran the very binary its correct, timed parent ran, with the same
-    threads (a verdict from before the hash was recorded matches nothing)."""
-    if parent is None or not parent.correct or parent.latency_ms is None:
-        return False
-    ran = binary_hash(evaluation)
-    parent_evaluation = Evaluation.objects.filter(pk=parent.feedback.get("evaluation_id")).first()
-    return (ran is not None and parent_evaluation is not None
-            and ran == binary_hash(parent_evaluation)
-            and candidate.threads == candidate_of_case(parent).threads)  # fmt: skip
-
-
-def binary_hash(evaluation: Evaluation) -> str | None:
-    compiled = (evaluation.verdict or {}).get("compiled") or {}
-    return compiled.get("sha256") if compiled.get("ok") else None
-
-
-def speedup_over_parent(timed: dict[str, Any], latency_ms: float,
-                        parent_latency_ms: float | None) -> float | None:  # fmt: skip
-    """Side by side when the evaluation timed the parent as its baseline; otherwise against the
-    parent's own timing, taken earlier."""
-    if "vs_baseline" in timed:
-        return float(timed["vs_baseline"])
-    return parent_latency_ms / latency_ms if parent_latency_ms else None
-
-
-def judge(evaluation: Evaluation, parent_latency_ms: float | None,
-          same_binary: bool = False) -> Judged:  # fmt: skip
-    if evaluation.status != Evaluation.Status.DONE or not evaluation.verdict:
-        reason = evaluation.error or "the evaluation did not finish"
-        return Judged(
-            "crashed",
-            False,
-            validation={},
-            feedback={"summary": f"evaluation failed: {reason}", "reason": reason},
-        )
-    verdict = evaluation.verdict
-    summary = describe_verdict(verdict)[:3000]
-    feedback = {"summary": summary, "reason": verdict.get("reason", ""),
-                "flags": verdict.get("flags", []), "evaluation_id": evaluation.pk}  # fmt: skip
-    validation = {"cases": (verdict.get("correct") or {}).get("cases", [])[:50]}
-    status = verdict["status"]
-    if status != "correct":
-        outcome = status if status in FAILED_OUTCOMES else "crashed"
-        return Judged(outcome, False, validation=validation, feedback=feedback)
-    timed = verdict.get("timed") or {}
-    if not timed.get("ok") or "candidate" not in timed:
-        wrong = "wrong output" in " ".join(verdict.get("flags", []))
-        return Judged(
-            "incorrect" if wrong else "crashed",
-            False,
-            validation=validation,
-            feedback={**feedback, "reason": timed.get("reason", "not timed")},
-        )
-    latency = float(timed["candidate"]["median_ms"])
-    if same_binary:
-        feedback = {**feedback, "same_binary": True,
-                    "summary": f"{SAME_BINARY_NOTE}\n{summary}"[:3000]}  # fmt: skip
-        return Judged("no_change", True, latency, float(timed["speedup"]), 1.0, validation,
-                      feedback)  # fmt: skip
-    vs_parent = speedup_over_parent(timed, latency, parent_latency_ms)
-    outcome = "no_change"
-    if vs_parent is not None and vs_parent > 1 / (1 - IMPROVEMENT_MARGIN):
-        outcome = "improved"
-    elif vs_parent is not None and vs_parent < 1 - IMPROVEMENT_MARGIN:
-        outcome = "regressed"
-    return Judged(outcome, True, latency, float(timed["speedup"]), vs_parent, validation, feedback)
-
-
 # --- the tools a policy may call --------------------------------------------------------------
 
 
@@ -836,64 +745,3 @@ class LoopTools(Tools):
     def tokens_left(self) -> int:
         it = self.iteration
         return max(0, it.config.budgets.tokens - it.progress.tokens_used)
-
-
-# --- evaluators: on a device worker, or in this process ---------------------------------------
-
-
-def evaluate_on_worker(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
-                       session: OptimizationSession) -> Evaluation:  # fmt: skip
-    """Queue the evaluation for a device worker of the target and wait for its verdict."""
-    from apps.devices.services import evaluation_start
-
-    evaluation = evaluation_start(version=version, source_text=candidate.source, options=options,
-                                  team=session.team, target=session.target)  # fmt: skip
-    deadline = time.monotonic() + evaluation_wait_s()
-    while time.monotonic() < deadline:
-        evaluation.refresh_from_db()
-        if evaluation.status in (Evaluation.Status.DONE, Evaluation.Status.FAILED):
-            return evaluation
-        time.sleep(0.2)
-    raise SessionPaused(f"evaluation {evaluation.pk} did not finish within "
-                        f"{evaluation_wait_s():.0f} s: is a device worker for "
-                        f"{session.target} running?")  # fmt: skip
-
-
-def evaluation_wait_s() -> float:
-    # Every attempt may take the whole timeout of its confined runs (correctness, timing and
-    # diagnostics each start one), plus compiling and the reference.
-    return float(settings.KOPE_EVAL_TIMEOUT_S * 4 * settings.KOPE_EVAL_MAX_ATTEMPTS + 120)
-
-
-def evaluate_here(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
-                  session: OptimizationSession) -> Evaluation:  # fmt: skip
-    """Evaluate in this process (benchmarks and commands; the sandboxing is the same)."""
-    return evaluate_here_since(None)(version, candidate, options, session)
-
-
-def evaluate_here_since(since: datetime | None) -> Evaluate:
-    """`evaluate_here`, measuring again any candidate whose stored verdict is older than
-    `since`: a benchmark compares what it measured itself, under today's conditions."""
-
-    def evaluate(version: OperatorVersion, candidate: Candidate, options: EvalSettings,
-                 session: OptimizationSession) -> Evaluation:  # fmt: skip
-        from apps.devices.services import evaluation_execute, evaluation_request
-
-        evaluation, to_run = evaluation_request(version=version, source_text=candidate.source,
-                                                options=options, team=session.team,
-                                                target=session.target)  # fmt: skip
-        finished = evaluation.finished_at
-        if since is not None and finished is not None and finished < since:
-            evaluation, to_run = evaluation_request(
-                version=version, source_text=candidate.source, options=options,
-                team=session.team, target=session.target, rerun=True,
-            )  # fmt: skip
-        # Here nobody else runs it: one left RUNNING was cut short (this process was killed),
-        # and counts as an attempt like a worker that died.
-        if to_run or evaluation.status in (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING):
-            evaluation = evaluation_execute(
-                evaluation.pk, max_attempts=settings.KOPE_EVAL_MAX_ATTEMPTS
-            )
-        return evaluation
-
-    return evaluate

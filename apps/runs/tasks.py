@@ -33,7 +33,8 @@ STALLED_AFTER = timedelta(minutes=3)
 def advance_session(self: Task[Any, None], session_id: int, ticket: int) -> None:
     """One iteration, then the next as a new task: a worker holds a session only while it
     works on one iteration, so others (and a restarted worker) can take it up."""
-    from apps.runs.loop import advance, evaluate_on_worker
+    from apps.runs.evaluators import evaluate_on_worker
+    from apps.runs.loop import advance
     from apps.runs.policies import policy_for
     from apps.runs.services import enqueue_advance
 
@@ -72,7 +73,8 @@ def pause_after_error(session_id: int, error: Exception) -> None:
 def stop_after_error(session: OptimizationSession, reason: str) -> None:
     """The operator the stop interrupted is still scored and credited; should that fail too
     (the error may be in scoring itself), the session finishes without it."""
-    from apps.runs.loop import evaluate_on_worker, session_end_stop, session_finish, session_lock
+    from apps.runs.evaluators import evaluate_on_worker
+    from apps.runs.loop import session_end_stop, session_finish, session_lock
     from apps.runs.policies import policy_for
 
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from apps.accounts.models import Team
 from apps.memory.journal import journal_append
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.evaluators import evaluate_here
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create

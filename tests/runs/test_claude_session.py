@@ -11,7 +11,8 @@ import pytest
 
 from apps.memory.models import Case, JournalEvent
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.evaluators import evaluate_here
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create, session_resume

@@ -8,7 +8,8 @@ from apps.accounts.roles import Role
 from apps.memory.models import JournalEvent, MemoryVector, Rule
 from apps.memory.rules import rule_approve
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.evaluators import evaluate_here
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create

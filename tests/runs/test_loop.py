@@ -18,12 +18,12 @@ from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTrans
 from apps.memory.values import summarizer
 from apps.operators.models import OperatorVersion, StartingKernel
 from apps.runs.config import Budgets, Measurement
+from apps.runs.evaluators import evaluate_here
 from apps.runs.event_text import event_summary
+from apps.runs.judging import judge
 from apps.runs.loop import (
     Progress,
     advance,
-    evaluate_here,
-    judge,
     lost_on_same_source,
 )
 from apps.runs.models import OptimizationSession

@@ -31,7 +31,8 @@ from apps.memory.values import Distiller
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import CaseSpec
 from apps.runs.config import Budgets, Measurement
-from apps.runs.loop import advance, evaluate_here
+from apps.runs.evaluators import evaluate_here
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import small_builtin
