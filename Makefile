@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # Elsewhere, TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' picks the CPU wheel.
 TORCH_PIP_ARGS ?=
 
-.PHONY: run test lint typecheck pytest install upgrade-deps browser clean load
+.PHONY: run test lint typecheck pytest test-fast install upgrade-deps browser clean load
 
 run:
 	@export KOPE_STARTED_AT=$$(date +%s.%N); \
@@ -68,6 +68,11 @@ PYTEST_WORKERS ?= 2
 pytest:
 	@date -u '+[%T] pytest'
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The edit-test loop: the tests that need no database and start no process (tests/fast_run.py),
+# under two minutes here. `make test` runs them all.
+test-fast: install
+	$(PY) -m pytest --fast -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # A team's load on a throwaway stack under /tmp (loopback only): the base profile, then double.
 load: install

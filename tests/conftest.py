@@ -11,6 +11,7 @@ from apps.accounts.models import Membership, Team
 from apps.accounts.roles import Role
 from kope_web.channel_layers import close_pool
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.fast_run import fast_run, refuse_to_start_processes, without_database_tests
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +70,18 @@ def eager_tasks() -> Iterator[None]:
     current_app.conf.task_always_eager = True
     yield
     current_app.conf.task_always_eager = before
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="only the tests that need no database and start no process")  # fmt: skip
+
+
+def pytest_collection(session: pytest.Session) -> None:
+    if fast_run(session.config):  # after the session started: xdist's workers run uname there
+        refuse_to_start_processes(session.config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if fast_run(config):
+        without_database_tests(config, items)
