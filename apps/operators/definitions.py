@@ -13,7 +13,7 @@ from apps.operators.spec import OperatorSpec
 @dataclass(frozen=True)
 class OperatorDefinition:
     spec: OperatorSpec
-    reference_kind: str  # "kope" | "kernelbench" | "npukernelbench" (see refrun.LOADERS)
+    reference_kind: str  # "kope" | "kernelbench" | "npukernelbench" (see reference_loading.LOADERS)
     reference_source: dict[str, Any]
     origin: str
     origin_path: str = ""

@@ -204,7 +204,7 @@ def with_described_tensors(
     return replace(definition, spec=described)
 
 
-SETTING_PREFIX = "kope_setting"  # refrun.SETTING_PREFIX
+SETTING_PREFIX = "kope_setting"  # reference_loading.SETTING_PREFIX
 
 
 def with_setting_attributes(

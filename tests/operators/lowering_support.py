@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from apps.operators.lowering import lower_module
-from apps.operators.refrun import as_list, run_kernel
+from apps.operators.reference_loading import as_list
+from apps.operators.refrun import run_kernel
 
 INCLUDE = Path(__file__).resolve().parents[2] / "apps" / "devices" / "cpu_c"
 GCC = ["gcc", "-O1", "-std=c11", "-shared", "-fPIC", "-Werror=implicit-function-declaration"]

@@ -22,7 +22,7 @@ from apps.operators.definitions import OperatorDefinition
 from apps.operators.importers import npukernelbench
 from apps.operators.importers.common import ProblemError
 from apps.operators.models import Operator, OperatorVersion
-from apps.operators.refrun import check_passed, check_precision, suite_row
+from apps.operators.reference_loading import check_passed, check_precision, suite_row
 from apps.operators.sandbox import run_reference
 from apps.operators.services import TIMING_CASE_BYTES, KeptCases, definition_of, with_timing_case
 from apps.operators.spec import CaseSpec, OperatorSpec, spec_from_json

@@ -1,11 +1,11 @@
 """A KernelBench model's parameters as kernel inputs: the reference computes with the tensors
-it is given, at the cost of its forward alone (apps/operators/refrun.py)."""
+it is given, at the cost of its forward alone (apps/operators/reference_loading.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from apps.operators.refrun import load_kernelbench
+from apps.operators.reference_loading import load_kernelbench
 
 PROBLEM = """
 import torch

@@ -225,7 +225,7 @@ def reply(fd: int, tag: bytes, iteration: int, nonce: int, status: int = 0) -> N
 def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from apps.operators.refrun import LOADERS
+    from apps.operators.reference_loading import LOADERS
 
     torch.set_num_threads(int(manifest["threads"]))
     plan = manifest["timing"]
@@ -310,7 +310,7 @@ class TimedChecks:
     def matches(self, expected: Any) -> bool:
         import torch
 
-        from apps.operators.refrun import as_list
+        from apps.operators.reference_loading import as_list
 
         wanted = [e for e in as_list(expected) if isinstance(e, torch.Tensor)]
         if len(wanted) != len(self.outputs):

@@ -310,7 +310,7 @@ def preload(manifest: dict[str, Any], prepared: list[Any]) -> Kernel | None:
 def timing(manifest: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from apps.operators.refrun import LOADERS
+    from apps.operators.reference_loading import LOADERS
 
     plan = manifest["timing"]
     reference = LOADERS[plan["reference"]["kind"]](plan["reference"]["source"])
@@ -418,7 +418,7 @@ def check(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_operator(item: dict[str, Any], index: int, manifest: dict[str, Any]) -> dict[str, Any]:
-    from apps.operators.refrun import LOADERS
+    from apps.operators.reference_loading import LOADERS
 
     try:
         reference = LOADERS[item["reference"]["kind"]](item["reference"]["source"])
@@ -433,7 +433,8 @@ def check_case(reference: Any, kernel: Kernel, case: dict[str, Any], item: dict[
                manifest: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     import torch
 
-    from apps.operators.refrun import as_list, compare, scalar_attributes, tensors
+    from apps.operators.reference_loading import as_list
+    from apps.operators.refrun import compare, scalar_attributes, tensors
 
     generator = torch.Generator().manual_seed(int(manifest["seed"]))
     made = reference.make_inputs(case["params"], generator)

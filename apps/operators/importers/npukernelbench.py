@@ -12,10 +12,10 @@ params are that row, typed as pandas types it, column by column: a column of who
 gives ints, of numbers floats, of True/False bools, any other column its cells' text
 (`[128, 256]` stays text); an empty cell is NaN, stored as null. Then, as the runner's
 preprocess_dataframe does, a number column with no empty cell whose values are all whole
-gives ints (`1.0` is 1). refrun.suite_row hands it over.
+gives ints (`1.0` is 1). reference_loading.suite_row hands it over.
 
 A row whose dtype no target holds (complex64) is left out, saying so. A float16 or bfloat16
-row runs as float32 (refrun.suite_row): the cpu-c target holds neither, and a reference
+row runs as float32 (reference_loading.suite_row): the cpu-c target holds neither, and a reference
 computed in half precision would make a float32 kernel miss tolerances it meets; the case's
 `run_as` param says so.
 """
@@ -58,7 +58,7 @@ UNREPRESENTABLE_DTYPES = ("complex32", "complex64", "complex128", "float8_e4m3fn
                           "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16",
                           "uint32", "uint64")  # fmt: skip
 HALF_DTYPES = ("float16", "bfloat16")
-RUN_AS = "run_as"  # refrun.RUN_AS
+RUN_AS = "run_as"  # reference_loading.RUN_AS
 
 # What pandas.read_csv reads as NaN, True and False by default.
 NA_CELLS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
@@ -244,7 +244,7 @@ def whole_where_all_are(numbers: list[float | None]) -> list[Any]:
 
 def finite(cell: str, *, where: str) -> float | None:
     if cell in NA_CELLS:
-        return None  # NaN, which JSON cannot hold; refrun.suite_row gives NaN back
+        return None  # NaN, which JSON cannot hold; reference_loading.suite_row gives NaN back
     value = float(cell)
     if not math.isfinite(value):  # a JSON number cannot be infinite
         raise ProblemError(f"{where}: {cell[:60]!r} is not a finite number")

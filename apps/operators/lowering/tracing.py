@@ -44,7 +44,7 @@ def dynamic_shapes(example_inputs: list[Any]) -> tuple[Any, ...]:
 
 def for_signature(model: torch.nn.Module, shapes: tuple[Any, ...]) -> Any:
     """torch.export wants a `forward(self, *inputs)` model's shapes under that parameter's
-    name (refrun's FlatInputs has one)."""
+    name (reference_loading's FlatInputs has one)."""
     parameters = list(inspect.signature(model.forward).parameters.values())
     if len(parameters) == 1 and parameters[0].kind is inspect.Parameter.VAR_POSITIONAL:
         return {parameters[0].name: shapes}
