@@ -40,6 +40,7 @@ from apps.devices.evaluator import (
     evaluate_candidate,
 )
 from apps.devices.services import operator_under_test
+from apps.devices.verdicts import stage_seconds_text
 from apps.operators.selectors import operator_get, version_get
 from apps.operators.services import builtin_suite_load
 
@@ -220,10 +221,8 @@ def evaluator_table(report: dict[str, Any]) -> str:
         for c in report["candidates"]
     ]
     spread_of = report["spread"]
-    stages = [
-        f"{c['slug']:<14}" + ", ".join(f"{n} {s:.2f}" for n, s in c["stage_seconds"].items())
-        for c in report["candidates"]
-    ]
+    stages = [f"{c['slug']:<14}{stage_seconds_text(c['stage_seconds'])}"
+              for c in report["candidates"]]  # fmt: skip
     return "\n".join([
         f"Evaluator benchmark: naive kernels, seeds={settings['seeds']} "
         f"warmup={settings['warmup']} repeats={settings['repeats']} "

@@ -35,9 +35,13 @@ def describe_verdict(verdict: dict[str, Any]) -> str:
     lines.append(f"environment: {env['compiler']}; {env['cpu_model']}; {env['threads']} thread(s); "
                  f"flags {' '.join(env['flags'])}")  # fmt: skip
     if verdict.get("stage_seconds"):
-        spent = ", ".join(f"{name} {s:.2f}" for name, s in verdict["stage_seconds"].items())
-        lines.append(f"seconds by stage: {spent}")
+        lines.append(f"seconds by stage: {stage_seconds_text(verdict['stage_seconds'])}")
     return "\n".join(lines)
+
+
+def stage_seconds_text(stage_seconds: dict[str, float]) -> str:
+    """ "compile 0.00, vet 0.05, ...": a verdict's seconds by stage, in the order they ran."""
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in stage_seconds.items())
 
 
 def _compiled(compiled: dict[str, Any] | None) -> list[str]:

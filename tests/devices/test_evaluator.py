@@ -344,7 +344,7 @@ def test_the_judge_shortcut_for_finite_outputs_agrees_with_the_full_comparison()
     for actual in (expected.copy(), expected + edge * 0.5, expected + edge * 3,
                    expected + rng.standard_normal(4096).astype(np.float32) * 1e-3):  # fmt: skip
         a, e = actual.astype(np.float64), expected.astype(np.float64)
-        general = nonfinite_chunk_errors(actual, expected, a, e, np.abs(a - e), spec)
+        general = nonfinite_chunk_errors(a, e, np.abs(a - e), spec)
         assert chunk_errors(actual, expected, spec) == general
         verdicts.append(general[2])
     assert verdicts == [True, True, False, False]  # the last: noise beyond a tight tolerance
