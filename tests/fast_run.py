@@ -36,10 +36,13 @@ def left_to_the_whole_suite(item: pytest.Item) -> bool:
 
 
 def without_database_tests(config: pytest.Config, items: list[pytest.Item]) -> None:
-    dropped = [item for item in items if left_to_the_whole_suite(item)]
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (dropped if left_to_the_whole_suite(item) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if not left_to_the_whole_suite(item)]
+        items[:] = kept
 
 
 def refuse_to_start_processes(config: pytest.Config) -> None:
