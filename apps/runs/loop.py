@@ -37,7 +37,6 @@ from apps.agents.policy import (
     Policy,
     Proposal,
     Situation,
-    Tools,
     bounded_candidate,
     candidate_of,
     candidate_of_case,
@@ -47,7 +46,6 @@ from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, KernelSource
 from apps.devices.services import kernel_source_store
 from apps.devices.targets import target_get
-from apps.devices.verdicts import describe_verdict
 from apps.memory.journal import journal_append, journal_record, step_done
 from apps.memory.keys import case_key, id_in_key, rule_key
 from apps.memory.learning import correctness_stage_score, optimization_stage_score
@@ -66,6 +64,7 @@ from apps.operators.spec import spec_from_json
 from apps.runs.config import OperatorEntry, SessionConfig
 from apps.runs.judging import judge, ran_as_parent
 from apps.runs.models import OptimizationSession
+from apps.runs.tools import LoopTools
 
 logger = logging.getLogger(__name__)
 
@@ -701,47 +700,3 @@ def operator_summary(slug: str, reason: str, progress: Progress) -> dict[str, An
         "speedup_vs_start": start_ms / best_ms if start_ms and best_ms else None,
         "speedup_vs_reference": best.speedup_vs_reference if best else None,
     }  # fmt: skip
-
-
-# --- the tools a policy may call --------------------------------------------------------------
-
-
-class LoopTools(Tools):
-    def __init__(self, iteration: Iteration) -> None:
-        self.iteration = iteration
-
-    def search_memory(self, text: str, limit: int = 8) -> list[Hit]:
-        it = self.iteration
-        if it.mode == MemoryMode.OFF:
-            return []
-        query = Query(text=text[:2000], team_id=it.session.team_id, target=it.config.target,
-                      kinds=("case", "rule", "document"), limit=max(1, min(limit, 20)))  # fmt: skip
-        return retrieve(query)
-
-    def diagnose(self, candidate: Candidate, *, profile: bool, debug: bool) -> str:
-        it = self.iteration
-        options = EvalSettings(seeds=1, warmup=1, repeats=5, threads=candidate.threads,
-                               timing=profile, profile=profile, debug=debug,
-                               extra_flags=tuple(candidate.flags))  # fmt: skip
-        evaluation = it.evaluate(it.version, candidate, options, it.session)
-        if evaluation.status != Evaluation.Status.DONE:
-            return f"the diagnostic run failed: {evaluation.error}"
-        return describe_verdict(evaluation.verdict or {})[:6000]
-
-    def note_tool(self, tool: str, summary: str) -> None:
-        it = self.iteration
-        it.append("tool_called", {"operator": it.entry.slug, "iteration": it.n, "tool": tool,
-                                  "summary": summary[:2000]}, step="")  # fmt: skip
-
-    def charge_model_call(self, model: str, usage: dict[str, int], attempts: int) -> None:
-        """Journal the call; the journal adds its tokens to the session's total."""
-        it = self.iteration
-        # No step key: a call made again after a replay was made, and its tokens were spent.
-        it.record_step("model_called", {"operator": it.entry.slug, "iteration": it.n,
-                                        "model": model, "usage": usage, "attempts": attempts},
-                       step="")  # fmt: skip
-        it.progress.tokens_used += sum(usage.values())
-
-    def tokens_left(self) -> int:
-        it = self.iteration
-        return max(0, it.config.budgets.tokens - it.progress.tokens_used)
