@@ -56,7 +56,7 @@ def test_odd_numbers_in_page_queries_are_ignored_not_errors(
     team: Team, client_for: Callable[[Role], Client]
 ) -> None:
     """`open` lists branches to show: what is no case id is passed over. (A session filter that
-    is no number is refused, saying why: tests/memory/test_forest_filter_audit.py.)"""
+    is no number is refused, saying why: tests/memory/test_forest_views.py.)"""
     client = client_for(Role.VIEWER)
     assert client.get(f"/t/{team.slug}/forest/", {"open": "²,x"}).status_code == 200
 
