@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from apps.agents.context import PackedContext
-from apps.devices.models import KernelSource
-from apps.memory.models import Case, JournalEvent
+from apps.devices.digests import source_digest
+from apps.memory.case_views import CaseView
 from apps.memory.retrieval import Hit
 from apps.memory.values import Distiller
 
@@ -48,7 +48,7 @@ class Candidate:
 
     @property
     def kernel_key(self) -> KernelKey:
-        return KernelSource.digest_of(self.source), tuple(self.flags), self.threads
+        return source_digest(self.source), tuple(self.flags), self.threads
 
 
 def bounded_strategy(strategy: str) -> str:
@@ -118,9 +118,24 @@ class Proposal:
 
 
 class Tools(Protocol):
-    """What the loop offers a policy besides proposing: memory search and diagnostics."""
+    """What the loop offers a policy besides proposing: memory search, the experience forest
+    read case by case, and diagnostics. A policy reads memory only through these."""
 
     def search_memory(self, text: str, limit: int = 8) -> list[Hit]: ...
+
+    def case(self, case_id: int) -> CaseView | None: ...
+
+    def tree(self, case: CaseView) -> list[CaseView]:
+        """The cases of `case`'s operator in its session, on its target, in iteration order."""
+        ...
+
+    def children(self, case: CaseView) -> list[CaseView]:
+        """The cases made from `case` in its session, in iteration order."""
+        ...
+
+    def proposed(self, case: CaseView) -> Candidate:
+        """The candidate `case` evaluated, as it was proposed (flags and threads included)."""
+        ...
 
     def diagnose(self, candidate: Candidate, *, profile: bool, debug: bool) -> str: ...
 
@@ -139,23 +154,3 @@ class Policy(Protocol):
     def distiller(self) -> Distiller:
         """How rules are worded from the experiences that earned them (UGC)."""
         ...
-
-
-def candidate_of(event: JournalEvent) -> Candidate:
-    payload = event.payload
-    source = KernelSource.objects.get(sha256=payload["source_sha256"])
-    return Candidate(source.text, payload["strategy"], tuple(payload["flags"]), payload["threads"])
-
-
-def candidate_of_case(case: Case) -> Candidate:
-    """The candidate a case evaluated, as it was proposed (flags and threads included)."""
-    if case.source is None:
-        return Candidate("", case.strategy)
-    event = JournalEvent.objects.filter(
-        session_id=case.session_id, kind="candidate_proposed",
-        payload__operator=case.version.operator.slug, payload__iteration=case.iteration,
-        payload__source_sha256=case.source.sha256,
-    ).first()  # fmt: skip
-    if event is not None:
-        return candidate_of(event)
-    return Candidate(case.source.text, case.strategy)

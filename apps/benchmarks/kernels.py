@@ -44,13 +44,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.accounts.models import Team
-from apps.agents.policy import candidate_of_case
 from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.evaluator import EvalSettings
 from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
 from apps.memory.models import Case, JournalEvent
 from apps.operators.models import OperatorVersion, Suite
 from apps.operators.services import builtin_suite_load
+from apps.runs.candidates import candidate_of_case
 from apps.runs.config import Budgets, Measurement
 from apps.runs.evaluators import evaluate_here_since
 from apps.runs.loop import (

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import hashlib
-
 from django.conf import settings as django_settings
 from django.db import models
 
 from apps.accounts.models import Team
+from apps.devices.digests import source_digest
 from apps.operators.models import OperatorVersion
 
 
@@ -22,7 +21,7 @@ class KernelSource(models.Model):
     @staticmethod
     def digest_of(text: str) -> str:
         """The key a source is stored under (and the journal names it by)."""
-        return hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()
+        return source_digest(text)
 
 
 class Evaluation(models.Model):

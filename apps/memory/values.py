@@ -7,6 +7,7 @@ can be plotted and cannot be rewritten.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -113,13 +114,23 @@ def rule_candidates(team: Team) -> QuerySet[MemoryVector]:
     return items.exclude(key__in=has_rule)
 
 
+@dataclass(frozen=True)
+class Experience:
+    """An experience past the UGC gate as a distiller reads it: its key and text, and the
+    deterministic summarizer's wording of it, which a distiller can fall back to."""
+
+    key: str
+    text: str
+    summary: Wording
+
+
 # Words a rule from an experience and its evidence; returns the wording and a note on how it
 # was distilled (kept with the evidence). The Claude policy passes one that asks the model.
-Distiller = Callable[[MemoryVector, dict[str, Any]], tuple[Wording, str]]
+Distiller = Callable[[Experience, dict[str, Any]], tuple[Wording, str]]
 
 
-def summarizer(item: MemoryVector, evidence: dict[str, Any]) -> tuple[Wording, str]:
-    return summarize(item), "deterministic summarizer"
+def summarizer(item: Experience, evidence: dict[str, Any]) -> tuple[Wording, str]:
+    return item.summary, "deterministic summarizer"
 
 
 def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer) -> list[Rule]:
@@ -132,7 +143,7 @@ def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer
         if is_rule_candidate(usage, min_adoptions=settings.KOPE_UGC_MIN_ADOPTIONS,
                              min_operators=settings.KOPE_UGC_MIN_OPERATORS):  # fmt: skip
             evidence = evidence_of(item)
-            wording, how = distill(item, evidence)
+            wording, how = distill(Experience(item.key, item.text, summarize(item)), evidence)
             proposed.append(rule_propose(team=team, source_key=item.key, wording=wording,
                                          evidence={**evidence, "distilled_by": how}))  # fmt: skip
     # The stage's credit and frequencies just moved priorities: rebuild hot memory and record

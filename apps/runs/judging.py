@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apps.agents.policy import FAILED_OUTCOMES, Candidate, candidate_of_case
+from apps.agents.policy import FAILED_OUTCOMES, Candidate
 from apps.devices.models import Evaluation
 from apps.devices.verdicts import describe_verdict
 from apps.memory.models import Case
+from apps.runs.candidates import candidate_of_case
 
 IMPROVEMENT_MARGIN = 0.02  # faster by more than timing noise (~3% spread at the median)
 

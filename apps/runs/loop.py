@@ -38,8 +38,6 @@ from apps.agents.policy import (
     Proposal,
     Situation,
     bounded_candidate,
-    candidate_of,
-    candidate_of_case,
 )
 from apps.core.locks import advisory_lock
 from apps.devices.evaluator import EvalSettings
@@ -61,6 +59,7 @@ from apps.memory.values import (
 )
 from apps.operators.models import OperatorVersion
 from apps.operators.spec import spec_from_json
+from apps.runs.candidates import candidate_of, candidate_of_case
 from apps.runs.config import OperatorEntry, SessionConfig
 from apps.runs.judging import judge, ran_as_parent
 from apps.runs.models import OptimizationSession

@@ -1,5 +1,6 @@
-"""The tools the loop offers a policy while it proposes: memory search, diagnostic runs and
-the model's token meter, each bound to the iteration that asked."""
+"""The tools the loop offers a policy while it proposes: memory search, the experience forest
+as plain values, diagnostic runs and the model's token meter, each bound to the iteration
+that asked."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from apps.agents.policy import Candidate, Tools
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
 from apps.devices.verdicts import describe_verdict
+from apps.memory.case_views import (
+    CaseView,
+    case_view,
+    child_views,
+    proposed_kernel_of,
+    tree_views,
+)
 from apps.memory.retrieval import Hit, Query, retrieve
 from apps.memory.values import MemoryMode
+from apps.runs.candidates import as_candidate
 
 if TYPE_CHECKING:
     from apps.runs.loop import Iteration
@@ -55,3 +64,15 @@ class LoopTools(Tools):
     def tokens_left(self) -> int:
         it = self.iteration
         return max(0, it.config.budgets.tokens - it.progress.tokens_used)
+
+    def case(self, case_id: int) -> CaseView | None:
+        return case_view(case_id)
+
+    def tree(self, case: CaseView) -> list[CaseView]:
+        return tree_views(case)
+
+    def children(self, case: CaseView) -> list[CaseView]:
+        return child_views(case)
+
+    def proposed(self, case: CaseView) -> Candidate:
+        return as_candidate(proposed_kernel_of(case))

@@ -5,6 +5,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from tests.support.case_book import CaseBook
+
 
 @pytest.fixture(autouse=True, scope="package")
 def hypothesis_storage_outside_the_repository(
@@ -15,3 +17,9 @@ def hypothesis_storage_outside_the_repository(
     set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
     yield
     set_hypothesis_home_dir(None)
+
+
+@pytest.fixture
+def book() -> CaseBook:
+    """The experience forest the policy under test reads through its tools, in memory."""
+    return CaseBook()

@@ -6,18 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.accounts.models import Team
 from apps.agents.offline.evidence import gather_evidence, measured_from_here, retrieved_cases
 from apps.agents.offline.moves import moves
 from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
-from apps.devices.services import kernel_source_store
-from apps.memory.journal import journal_append
-from apps.memory.models import Case
 from apps.memory.retrieval import Hit
-from apps.runs.models import OptimizationSession
 from tests.agents.test_replay import naive
-from tests.factories import stored_builtin
+from tests.support.case_book import CaseBook, hit, version_id
 
 POOL_PARALLEL = "omp_parallel_for(loop=L0, schedule=static)"
 FAMILIES = {"avg_pool2d": "convolution", "layernorm": "normalization", "gelu": "activation"}
@@ -28,11 +23,9 @@ class Run:
     incumbent and recorded as the loop records it (proposed with its flags and threads, then
     its case)."""
 
-    def __init__(self, team: Team, slug: str) -> None:
-        self.team, self.slug = team, slug
-        self.version = stored_builtin(slug)
-        self.session = OptimizationSession.objects.create(team=team, target="cpu-c",
-                                                          memory_mode="read_write")  # fmt: skip
+    def __init__(self, book: CaseBook, slug: str) -> None:
+        self.book, self.slug = book, slug
+        self.session = book.new_session()
         self.iteration, self.latency = 0, 100.0
         self.kernel = Candidate(naive(slug), "starting kernel")
         self.case = self.record(self.kernel, "no_change", self.latency, parent=None)
@@ -40,9 +33,9 @@ class Run:
 
     def situation(self, retrieved: list[Hit] | None = None) -> Situation:
         incumbent = Attempt(self.case, self.kernel, "no_change", True, self.latency, "")
-        brief = OperatorBrief(self.slug, self.slug, FAMILIES[self.slug], "", self.version.pk,
+        brief = OperatorBrief(self.slug, self.slug, FAMILIES[self.slug], "", version_id(self.slug),
                               1e-3, 1e-3)  # fmt: skip
-        return Situation(session_id=self.session.pk, team_id=self.team.pk, target="cpu-c",
+        return Situation(session_id=self.session, team_id=1, target="cpu-c",
                          operator=brief, stage="optimization", iteration=self.iteration,
                          rounds_left=4, incumbent=incumbent, latest=incumbent,
                          tried=frozenset(), context=None, retrieved=retrieved or [])  # fmt: skip
@@ -50,7 +43,7 @@ class Run:
     def grow(self, strategy: str, speedup: float) -> int:
         """The move `strategy` of the incumbent, `speedup` times as fast; it becomes the
         incumbent when faster."""
-        [made] = [c for c in moves(self.situation()) if c.strategy == strategy]
+        [made] = [c for c in moves(self.situation(), self.book) if c.strategy == strategy]
         latency = self.latency / speedup
         case = self.record(made, "improved" if speedup > 1 else "regressed", latency,
                            parent=self.case, speedup_vs_parent=speedup)  # fmt: skip
@@ -59,94 +52,82 @@ class Run:
         return case
 
     def record(self, kernel: Candidate, outcome: str, latency: float, parent: int | None,
-               **more: object) -> int:  # fmt: skip
-        sha = kernel_source_store(kernel.source).sha256
-        journal_append(session_id=self.session.pk, kind="candidate_proposed", payload={
-            "operator": self.slug, "iteration": self.iteration, "strategy": kernel.strategy,
-            "source_sha256": sha, "parent_case_id": parent, "flags": list(kernel.flags),
-            "threads": kernel.threads, "adopted": [], "retrieved": [],
-            "rationale": ""})  # fmt: skip
-        event = journal_append(session_id=self.session.pk, kind="case_recorded", payload={
-            "version_id": self.version.pk, "target": "cpu-c", "correct": True,
-            "iteration": self.iteration, "strategy": kernel.strategy, "outcome": outcome,
-            "latency_ms": latency, "source_sha256": sha, "parent_case_id": parent,
-            **more})  # fmt: skip
+               speedup_vs_parent: float | None = None) -> int:  # fmt: skip
+        case = self.book.record(session_id=self.session, slug=self.slug,
+                                iteration=self.iteration, strategy=kernel.strategy,
+                                outcome=outcome, latency_ms=latency, parent_id=parent,
+                                source=kernel.source, proposed=kernel,
+                                speedup_vs_parent=speedup_vs_parent)  # fmt: skip
         self.iteration += 1
-        return event.pk
+        return case
 
 
-def hit(case_id: int, similarity: float = 0.8) -> Hit:
-    return Hit(key=f"case:{case_id}", kind="case", text="", provenance={},
-               scores={"similarity": similarity, "downstream": 0.0, "value": 0.0,
-                       "rank_score": similarity})  # fmt: skip
-
-
-def propose(situation: Situation) -> Proposal:
-    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+def propose(situation: Situation, book: CaseBook) -> Proposal:
+    proposal = OfflineSearchPolicy().propose(situation, book)
     assert proposal.candidate is not None
     return proposal
 
 
-def first_move(situation: Situation) -> str:
-    candidate = propose(situation).candidate
+def first_move(situation: Situation, book: CaseBook) -> str:
+    candidate = propose(situation, book).candidate
     assert candidate is not None
     return candidate.strategy
 
 
 def test_a_kernel_an_earlier_session_made_from_this_very_kernel_is_made_again_first(
-    team: Team,
+    book: CaseBook,
 ) -> None:
-    earlier = Run(team, "avg_pool2d")
+    earlier = Run(book, "avg_pool2d")
     parallel = earlier.grow(POOL_PARALLEL, 1.99)
-    now = Run(team, "avg_pool2d")
-    assert first_move(now.situation()) == "flags(set=fast_math)", "the prior's first move"
+    now = Run(book, "avg_pool2d")
+    assert first_move(now.situation(), book) == "flags(set=fast_math)", "the prior's first move"
 
-    proposal = propose(now.situation([hit(parallel)]))
+    proposal = propose(now.situation([hit(parallel)]), book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.kernel_key == earlier.kernel.kernel_key
     [adopted] = [a for a in proposal.adopted if a["key"] == f"case:{parallel}"]
-    assert f"on this very kernel, in session {earlier.session.pk}, ran 1.99x" in adopted["why"]
+    assert f"on this very kernel, in session {earlier.session}, ran 1.99x" in adopted["why"]
 
 
-def test_a_kernel_that_lost_to_this_very_kernel_before_is_not_made_first(team: Team) -> None:
-    earlier = Run(team, "avg_pool2d")
+def test_a_kernel_that_lost_to_this_very_kernel_before_is_not_made_first(book: CaseBook) -> None:
+    earlier = Run(book, "avg_pool2d")
     slowed = earlier.grow("flags(set=fast_math)", 0.63)
 
-    now = Run(team, "avg_pool2d").situation([hit(slowed)])
+    now = Run(book, "avg_pool2d").situation([hit(slowed)])
 
-    assert first_move(now) != "flags(set=fast_math)"
+    assert first_move(now, book) != "flags(set=fast_math)"
 
 
 def test_the_same_source_under_other_flags_or_in_this_session_is_another_kernel(
-    team: Team,
+    book: CaseBook,
 ) -> None:
-    earlier = Run(team, "avg_pool2d")
+    earlier = Run(book, "avg_pool2d")
     earlier.grow("flags(set=fast_math)", 1.2)
     parallel_with_flags = earlier.grow(POOL_PARALLEL, 1.9)
-    now = Run(team, "avg_pool2d")
+    now = Run(book, "avg_pool2d")
     own = now.grow("restrict_pointers()", 0.9)  # a loser of this session: it was tried
 
     both = now.situation([hit(parallel_with_flags), hit(own)])
     only_own = now.situation([hit(own)])
 
-    assert measured_from_here(both, retrieved_cases(both.retrieved)) == {}
-    assert measured_from_here(only_own, retrieved_cases(only_own.retrieved)) == {}
+    assert measured_from_here(both, retrieved_cases(both.retrieved, book), book) == {}
+    assert measured_from_here(only_own, retrieved_cases(only_own.retrieved, book), book) == {}
 
 
-def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(team: Team) -> None:
+def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(book: CaseBook) -> None:
     """avg_pool2d's own path (parallel loop, then -ffp-contract), retrieved with a low
     similarity, against layernorm's path, retrieved with a high one: layernorm's path gained
     more there, but avg_pool2d's gains were measured on this very kernel."""
-    foreign = Run(team, "layernorm")
+    foreign = Run(book, "layernorm")
     foreign.grow("flags(set=fast_math)", 3.0)
     foreign_best = foreign.grow(POOL_PARALLEL, 1.6)
-    earlier = Run(team, "avg_pool2d")
+    earlier = Run(book, "avg_pool2d")
     earlier.grow(POOL_PARALLEL, 1.99)
     own_best = earlier.grow("flags(set=fp_contract)", 1.05)
-    now = Run(team, "avg_pool2d")
+    now = Run(book, "avg_pool2d")
 
-    proposal = propose(now.situation([hit(foreign_best, 0.95), hit(own_best, 0.3)]))
+    proposal = propose(now.situation([hit(foreign_best, 0.95), hit(own_best, 0.3)]), book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy.startswith(f"replay(case={own_best}): ")
@@ -154,26 +135,26 @@ def test_the_operator_s_own_earlier_path_from_this_start_is_replayed_first(team:
     [adopted] = proposal.adopted
     assert adopted["key"] == f"case:{own_best}"
     assert "took from this very kernel to its best" in adopted["why"]
-    assert Case.objects.get(pk=own_best).parent_id is not None
+    assert book.cases[own_best].parent_id is not None
 
 
 def test_what_a_flag_set_did_to_this_very_source_under_other_flags_is_evidence(
-    team: Team,
+    book: CaseBook,
 ) -> None:
     """gelu: an earlier session took -ffast-math out of the naive source again and ran 10x
     slower. The incumbent now is that source under other flags: not the kernel that was
     measured, but the same move on the same code."""
-    earlier = Run(team, "gelu")
+    earlier = Run(book, "gelu")
     earlier.grow("flags(set=fast_math)", 5.0)
     dropped = earlier.record(Candidate(naive("gelu"), "drop_flags(set=fast_math)"), "regressed",
                              earlier.latency * 10, parent=earlier.case,
                              speedup_vs_parent=0.1)  # fmt: skip
-    now = Run(team, "gelu")
+    now = Run(book, "gelu")
     now.grow("flags(set=fast_math)", 5.0)
     now.grow("flags(set=unroll_loops)", 1.1)
     here = now.situation([hit(dropped)])
 
-    evidence = gather_evidence(here, retrieved_cases(here.retrieved))
+    evidence = gather_evidence(here, retrieved_cases(here.retrieved, book))
 
     [drop] = [e for e in evidence if e.key == f"case:{dropped}"]
     assert drop.move == "drop_flags(set=fast_math)" and drop.says < 0
@@ -181,29 +162,29 @@ def test_what_a_flag_set_did_to_this_very_source_under_other_flags_is_evidence(
 
 
 def test_the_own_best_made_again_with_one_step_of_a_replay_is_replayed_first(
-    team: Team,
+    book: CaseBook,
 ) -> None:
     """A warm suite run: the cold session replayed layernorm's path (-ffast-math, the parallel
     loop; 4.8x there) on avg_pool2d for 1.26x, then made it again with the parallel loop alone
     for 1.9x over the start, a child of the replay. Its one-step path from this very start is
     the operator's own: replayed first, ahead of the foreign path memory measured here at
     1.26x."""
-    foreign = Run(team, "layernorm")
+    foreign = Run(book, "layernorm")
     foreign.grow("flags(set=fast_math)", 3.0)
     foreign_best = foreign.grow(POOL_PARALLEL, 1.6)
-    cold = Run(team, "avg_pool2d")
-    replay = propose(cold.situation([hit(foreign_best)])).candidate
+    cold = Run(book, "avg_pool2d")
+    replay = propose(cold.situation([hit(foreign_best)]), book).candidate
     assert replay is not None and replay.strategy.startswith(f"replay(case={foreign_best})")
     replay_case = cold.record(replay, "improved", cold.latency / 1.26, parent=cold.start,
                               speedup_vs_parent=1.26)  # fmt: skip
-    [alone] = [c for c in moves(cold.situation()) if c.strategy == POOL_PARALLEL]
+    [alone] = [c for c in moves(cold.situation(), book) if c.strategy == POOL_PARALLEL]
     head = replay.strategy.partition(": ")[0]
     own_best = cold.record(replace(alone, strategy=f"{head}: {POOL_PARALLEL}"), "improved",
                            cold.latency / 1.9, parent=replay_case,
                            speedup_vs_parent=1.9 / 1.26)  # fmt: skip
-    now = Run(team, "avg_pool2d")
+    now = Run(book, "avg_pool2d")
 
-    proposal = propose(now.situation([hit(foreign_best), hit(replay_case), hit(own_best)]))
+    proposal = propose(now.situation([hit(foreign_best), hit(replay_case), hit(own_best)]), book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == f"replay(case={own_best}): {POOL_PARALLEL}"

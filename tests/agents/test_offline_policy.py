@@ -4,109 +4,97 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.accounts.models import Team
 from apps.agents.offline.evidence import LOWERINGS, Evidence, evidence_for
 from apps.agents.offline.moves import flag_moves, move_of, moves, strategy_name
 from apps.agents.offline.policy import OfflineSearchPolicy, walks_memory_worse
 from apps.agents.offline.transforms import apply, strategy_from_label
-from apps.agents.policy import Attempt, Candidate, OperatorBrief, Situation
-from apps.devices.services import kernel_source_store
-from apps.memory.journal import journal_append
+from apps.agents.policy import Attempt, Candidate, OperatorBrief, Proposal, Situation
 from apps.memory.retrieval import Hit
 from apps.operators.builtin_suite import read_builtin_suite
-from apps.runs.models import OptimizationSession
-from tests.factories import stored_builtin
+from tests.support.case_book import CaseBook, hit, version_id
 
 
 def naive(slug: str) -> str:
     return next(f for f in read_builtin_suite() if f.spec.slug == slug).naive_source
 
 
-def improved_case(team: Team, slug: str, strategy: str, speedup: float) -> Hit:
+def improved_case(book: CaseBook, slug: str, strategy: str, speedup: float) -> Hit:
     """A case of `slug` whose `strategy` made its naive kernel `speedup` times faster."""
-    version = stored_builtin(slug)
-    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
-    base = {"version_id": version.pk, "target": "cpu-c", "correct": True}
-    start = journal_append(session_id=session.pk, kind="case_recorded", payload={
-        **base, "iteration": 0, "strategy": "starting kernel", "outcome": "no_change",
-        "source_sha256": kernel_source_store(naive(slug)).sha256, "latency_ms": 10.0})  # fmt: skip
-    child = journal_append(session_id=session.pk, kind="case_recorded", payload={
-        **base, "iteration": 1, "strategy": strategy, "outcome": "improved",
-        "parent_case_id": start.pk, "latency_ms": 10.0 / speedup,
-        "speedup_vs_parent": speedup})  # fmt: skip
-    return Hit(key=f"case:{child.pk}", kind="case", text=f"{slug}: {strategy}",
-               provenance={}, scores={"similarity": 0.8, "downstream": 0.0, "value": 0.0,
-                                      "rank_score": 0.8})  # fmt: skip
+    session = book.new_session()
+    start = book.record(session_id=session, slug=slug, iteration=0, strategy="starting kernel",
+                        outcome="no_change", source=naive(slug), latency_ms=10.0)  # fmt: skip
+    child = book.record(session_id=session, slug=slug, iteration=1, strategy=strategy,
+                        outcome="improved", parent_id=start, latency_ms=10.0 / speedup,
+                        speedup_vs_parent=speedup)  # fmt: skip
+    return hit(child, text=f"{slug}: {strategy}")
 
 
-def gemm_situation(team: Team, retrieved: list[Hit]) -> Situation:
-    return situation(team, "gemm", "matmul", retrieved)
+def gemm_situation(retrieved: list[Hit]) -> Situation:
+    return situation("gemm", "matmul", retrieved)
 
 
-def situation(team: Team, slug: str, family: str, retrieved: list[Hit]) -> Situation:
-    version = stored_builtin(slug)
+def situation(slug: str, family: str, retrieved: list[Hit]) -> Situation:
+    """The first round of `slug` on its naive kernel, a case memory does not hold."""
     incumbent = Attempt(1, Candidate(naive(slug), "starting kernel"), "no_change", True, 80.0, "")
-    brief = OperatorBrief(slug, slug, family, "", version.pk, 1e-3, 1e-3)
-    return Situation(session_id=0, team_id=team.pk, target="cpu-c", operator=brief,
+    brief = OperatorBrief(slug, slug, family, "", version_id(slug), 1e-3, 1e-3)
+    return Situation(session_id=0, team_id=1, target="cpu-c", operator=brief,
                      stage="optimization", iteration=1, rounds_left=5, incumbent=incumbent,
                      latest=incumbent, tried=frozenset(), context=None,
                      retrieved=retrieved)  # fmt: skip
 
 
-def chosen(situation: Situation) -> tuple[str, list[str]]:
-    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+def propose(situation: Situation, book: CaseBook | None = None) -> Proposal:
+    """What the offline policy proposes, reading memory from `book` (else an empty one)."""
+    return OfflineSearchPolicy().propose(situation, book or CaseBook())
+
+
+def chosen(situation: Situation, book: CaseBook) -> tuple[str, list[str]]:
+    proposal = propose(situation, book)
     assert proposal.candidate is not None
     return strategy_name(proposal.candidate.strategy), [a["key"] for a in proposal.adopted]
 
 
-def test_without_evidence_the_prior_decides(team: Team) -> None:
-    assert chosen(gemm_situation(team, [])) == ("packed_gemm", [])
+def test_without_evidence_the_prior_decides(book: CaseBook) -> None:
+    assert chosen(gemm_situation([]), book) == ("packed_gemm", [])
 
 
-def test_a_big_win_on_a_kernel_unlike_this_one_does_not_outvote_the_prior(team: Team) -> None:
-    gelu_win = improved_case(team, "gelu", "flags(set=fast_math)", speedup=20.0)
+def test_a_big_win_on_a_kernel_unlike_this_one_does_not_outvote_the_prior(book: CaseBook) -> None:
+    gelu_win = improved_case(book, "gelu", "flags(set=fast_math)", speedup=20.0)
 
-    assert chosen(gemm_situation(team, [gelu_win])) == ("packed_gemm", [])
+    assert chosen(gemm_situation([gelu_win]), book) == ("packed_gemm", [])
 
 
-def test_a_win_on_a_kernel_like_this_one_is_adopted(team: Team) -> None:
+def test_a_win_on_a_kernel_like_this_one_is_adopted(book: CaseBook) -> None:
     """Once the lowerings are tried, the prior's next move (accumulate_in_output) gives way."""
-    batched_win = improved_case(team, "batched_matmul", "tile(loop=L1, size=32)", speedup=3.0)
-    here = gemm_situation(team, [batched_win])
-    lowered = frozenset(c.strategy for c in moves(here) if strategy_name(c.strategy) in LOWERINGS)
+    batched_win = improved_case(book, "batched_matmul", "tile(loop=L1, size=32)", speedup=3.0)
+    here = gemm_situation([batched_win])
+    lowered = frozenset(c.strategy for c in moves(here, book)
+                        if strategy_name(c.strategy) in LOWERINGS)  # fmt: skip
     here = replace(here, tried=lowered)
-    assert chosen(replace(here, retrieved=[]))[0] == "accumulate_in_output"
+    assert chosen(replace(here, retrieved=[]), book)[0] == "accumulate_in_output"
 
-    assert chosen(here) == ("tile", [batched_win.key])
+    assert chosen(here, book) == ("tile", [batched_win.key])
 
 
-def first_move(situation: Situation) -> str:
-    proposal = OfflineSearchPolicy().propose(situation, tools=None)  # type: ignore[arg-type]
+def first_move(situation: Situation, book: CaseBook | None = None) -> str:
+    proposal = propose(situation, book)
     assert proposal.candidate is not None
     return proposal.candidate.strategy
 
 
-def test_on_a_streaming_kernel_the_parallel_loop_comes_before_float_reordering_flags(
-    team: Team,
-) -> None:
+def test_on_a_streaming_kernel_the_parallel_loop_comes_before_float_reordering_flags() -> None:
     """gcc -O3 vectorizes vector_add already; gelu's erff is what -ffast-math vectorizes."""
-    assert first_move(situation(team, "vector_add", "elementwise", [])).startswith(
-        "omp_parallel_for("
-    )
-    assert first_move(situation(team, "gelu", "activation", [])) == "flags(set=fast_math)"
+    assert first_move(situation("vector_add", "elementwise", [])).startswith("omp_parallel_for(")
+    assert first_move(situation("gelu", "activation", [])) == "flags(set=fast_math)"
 
 
-def test_a_convolution_is_lowered_to_a_gemm_first(team: Team) -> None:
-    assert first_move(situation(team, "conv2d", "convolution", [])) == (
-        "im2col_gemm(kc=512, loop=L1)"
-    )
+def test_a_convolution_is_lowered_to_a_gemm_first() -> None:
+    assert first_move(situation("conv2d", "convolution", [])) == ("im2col_gemm(kc=512, loop=L1)")
 
 
-def test_attention_s_scores_are_computed_by_a_gemm_first(team: Team) -> None:
+def test_attention_s_scores_are_computed_by_a_gemm_first() -> None:
     for slug in ("attention", "causal_attention"):
-        assert first_move(situation(team, slug, "attention", [])) == (
-            "dots_by_gemm(kc=512, loop=L2)"
-        )
+        assert first_move(situation(slug, "attention", [])) == ("dots_by_gemm(kc=512, loop=L2)")
 
 
 def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_set() -> None:
@@ -119,40 +107,40 @@ def test_a_flag_set_s_record_speaks_for_that_set_and_a_rule_on_flags_for_every_s
     assert evidence_for("flags(set=fast_math)", [rule]) > 0
 
 
-def test_the_parallel_loop_goes_on_the_outermost_loop_first(team: Team) -> None:
+def test_the_parallel_loop_goes_on_the_outermost_loop_first() -> None:
     """gather_rows: a parallel region on the inner loop forks and joins once per row."""
-    assert first_move(situation(team, "gather_rows", "indexing", [])) == (
+    assert first_move(situation("gather_rows", "indexing", [])) == (
         "omp_parallel_for(loop=L0, schedule=static)"
     )
 
 
-def test_what_another_loop_of_this_very_kernel_did_is_no_evidence(team: Team) -> None:
+def test_what_another_loop_of_this_very_kernel_did_is_no_evidence(book: CaseBook) -> None:
     inner = "omp_parallel_for(loop=L1, schedule=static)"
-    inner_lost = improved_case(team, "gather_rows", inner, speedup=0.14)
-    here = replace(situation(team, "gather_rows", "indexing", [inner_lost]),
+    inner_lost = improved_case(book, "gather_rows", inner, speedup=0.14)
+    here = replace(situation("gather_rows", "indexing", [inner_lost]),
                    tried=frozenset({inner}))  # fmt: skip
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here, book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "omp_parallel_for(loop=L0, schedule=static)"
     assert proposal.adopted == []
 
 
-def test_a_flag_set_that_broke_this_operator_is_not_offered_again(team: Team) -> None:
-    sigmoid = situation(team, "sigmoid", "activation", [])
-    assert "flags(set=fast_math)" in [c.strategy for c in moves(sigmoid)]
+def test_a_flag_set_that_broke_this_operator_is_not_offered_again() -> None:
+    sigmoid = situation("sigmoid", "activation", [])
+    assert "flags(set=fast_math)" in [c.strategy for c in moves(sigmoid, CaseBook())]
 
     after_it_broke = replace(sigmoid, broke=frozenset({"flags(set=fast_math)"}))
 
-    offered = [c.strategy for c in moves(after_it_broke)]
+    offered = [c.strategy for c in moves(after_it_broke, CaseBook())]
     assert "flags(set=fast_math)" not in offered and "flags(set=fp_contract)" in offered
 
 
-def test_after_a_strategy_did_not_pay_on_a_loop_its_other_parameters_wait(team: Team) -> None:
+def test_after_a_strategy_did_not_pay_on_a_loop_its_other_parameters_wait() -> None:
     """A tile of 64 right after a tile of 32 on the same loop regressed is a round spent on
     what was just learned; everything fresh comes first."""
-    gemm = situation(team, "gemm", "matmul", [])
+    gemm = situation("gemm", "matmul", [])
     assert first_move(gemm) == "packed_gemm(kc=512, loop=L0)"
 
     after_one = replace(gemm, tried=frozenset({"packed_gemm(kc=512, loop=L0)"}))
@@ -160,10 +148,10 @@ def test_after_a_strategy_did_not_pay_on_a_loop_its_other_parameters_wait(team: 
     assert strategy_name(first_move(after_one)) != "packed_gemm"
 
 
-def test_what_did_not_pay_on_this_very_source_waits_under_other_flags(team: Team) -> None:
+def test_what_did_not_pay_on_this_very_source_waits_under_other_flags() -> None:
     """attention: interchange and a tile of 32 lost on the start; after -ffast-math the code
     is the same, and a tile of 64 on that loop is what was just learned too."""
-    gemm = situation(team, "gemm", "matmul", [])
+    gemm = situation("gemm", "matmul", [])
     lost_here = replace(gemm, lost=frozenset({"packed_gemm(kc=512, loop=L0)"}))
 
     assert strategy_name(first_move(lost_here)) != "packed_gemm"
@@ -189,10 +177,8 @@ def lowered_attention() -> str:
     return apply(strategy_from_label("weighted_sums_by_gemm(kc=512, loop=L5)"), scores_by_gemm)
 
 
-def test_attention_s_sums_over_values_are_computed_by_a_gemm_after_its_scores(
-    team: Team,
-) -> None:
-    start = situation(team, "attention", "attention", [])
+def test_attention_s_sums_over_values_are_computed_by_a_gemm_after_its_scores() -> None:
+    start = situation("attention", "attention", [])
     assert start.incumbent is not None
     scores_by_gemm = apply(strategy_from_label("dots_by_gemm(kc=512, loop=L2)"),
                            naive("attention"))  # fmt: skip
@@ -202,10 +188,10 @@ def test_attention_s_sums_over_values_are_computed_by_a_gemm_after_its_scores(
     assert first_move(after_scores) == "weighted_sums_by_gemm(kc=512, loop=L5)"
 
 
-def test_attention_gets_its_threads_before_its_float_accumulators(team: Team) -> None:
+def test_attention_gets_its_threads_before_its_float_accumulators() -> None:
     """After its two GEMMs and -ffast-math, with interchange and a tile of 32 lost: each of
     its accumulators is a round, the private parallel region is 2x on two cores."""
-    start = situation(team, "attention", "attention", [])
+    start = situation("attention", "attention", [])
     assert start.incumbent is not None
     fast = Candidate(lowered_attention(), "flags(set=fast_math)", ("-ffast-math",))
     after_fast_math = replace(
@@ -221,16 +207,16 @@ def every_proposal(here: Situation) -> list[Candidate]:
     proposed: list[Candidate] = []
     while True:
         tried = frozenset(c.strategy for c in proposed)
-        proposal = OfflineSearchPolicy().propose(replace(here, tried=tried), tools=None)  # type: ignore[arg-type]
+        proposal = propose(replace(here, tried=tried))
         if proposal.candidate is None:
             return proposed
         proposed.append(proposal.candidate)
 
 
-def test_a_kernel_this_operator_already_ran_is_not_proposed_again(team: Team) -> None:
+def test_a_kernel_this_operator_already_ran_is_not_proposed_again() -> None:
     """avg_pool2d, in a suite run: interchange(loop=L3) of the interchanged kernel is its
     parent again, and four rounds went to swapping the two loops back and forth."""
-    start = situation(team, "avg_pool2d", "pooling", [])
+    start = situation("avg_pool2d", "pooling", [])
     assert start.incumbent is not None
     parent = start.incumbent.candidate
     swap = "interchange(loop=L3)"
@@ -245,29 +231,29 @@ def test_a_kernel_this_operator_already_ran_is_not_proposed_again(team: Team) ->
     assert parent.kernel_key not in [c.kernel_key for c in every_proposal(knowing_the_parent)]
 
 
-def test_a_lowering_comes_before_what_memory_says_of_lesser_moves(team: Team) -> None:
+def test_a_lowering_comes_before_what_memory_says_of_lesser_moves(book: CaseBook) -> None:
     """conv2d, in a suite run: avg_pool2d's interchange (1.73x, a kernel alike by its features)
     outranked im2col_gemm for four rounds, and conv2d ended 1.5x over its start where the
     lowering makes it 30x. Only evidence against the lowering itself puts it later."""
-    interchange_won = improved_case(team, "avg_pool2d", "interchange(loop=L3)", speedup=1.73)
+    interchange_won = improved_case(book, "avg_pool2d", "interchange(loop=L3)", speedup=1.73)
 
-    assert first_move(situation(team, "conv2d", "convolution", [interchange_won])) == (
+    assert first_move(situation("conv2d", "convolution", [interchange_won]), book) == (
         "im2col_gemm(kc=512, loop=L1)"
     )
-    im2col_lost = improved_case(team, "avg_pool2d", "im2col_gemm(kc=512, loop=L1)", speedup=0.5)
-    faulted = situation(team, "conv2d", "convolution", [interchange_won, im2col_lost])
-    assert first_move(faulted).startswith("interchange(")
+    im2col_lost = improved_case(book, "avg_pool2d", "im2col_gemm(kc=512, loop=L1)", speedup=0.5)
+    faulted = situation("conv2d", "convolution", [interchange_won, im2col_lost])
+    assert first_move(faulted, book).startswith("interchange(")
 
 
-def test_what_walks_memory_worse_comes_last(team: Team) -> None:
+def test_what_walks_memory_worse_comes_last() -> None:
     """Attention's `for j for e: acc[e] += p[j] * v[j*d + e]` interchanged runs j innermost,
     down v's columns (2x slower); tiled, it only runs shorter inner loops (1.2x slower). Each
     was the first round of an attention session. (Causal attention's j stops at i: no tile.)
     Its two GEMMs come first; their other slabs, worn then, come after the fresh moves but
     before these."""
-    attention = [c.strategy for c in every_proposal(situation(team, "attention", "attention",
+    attention = [c.strategy for c in every_proposal(situation("attention", "attention",
                                                               []))]  # fmt: skip
-    causal = [c.strategy for c in every_proposal(situation(team, "causal_attention", "attention",
+    causal = [c.strategy for c in every_proposal(situation("causal_attention", "attention",
                                                            []))]  # fmt: skip
 
     assert attention[:3] == causal[:3] == ["dots_by_gemm(kc=512, loop=L2)",
@@ -280,10 +266,10 @@ def test_what_walks_memory_worse_comes_last(team: Team) -> None:
     assert causal[-1] == "interchange(loop=L6)"
 
 
-def test_a_tile_that_reads_nothing_twice_comes_last(team: Team) -> None:
+def test_a_tile_that_reads_nothing_twice_comes_last() -> None:
     """avg_pool2d reads each window once: its output rows tiled ran 2x slower, and were the
     first round of its session with memory off (the prior ranks tiles before threads)."""
-    pooling = [c.strategy for c in every_proposal(situation(team, "avg_pool2d", "pooling", []))]
+    pooling = [c.strategy for c in every_proposal(situation("avg_pool2d", "pooling", []))]
     tiles = [label for label in pooling if label.startswith("tile(")]
 
     assert pooling[0] == "flags(set=fast_math)"

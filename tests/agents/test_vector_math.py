@@ -13,21 +13,18 @@ from dataclasses import replace
 
 import pytest
 
-from apps.accounts.models import Team
 from apps.agents.offline.moves import NO_MATH_ERRNO, culprits, moves
-from apps.agents.offline.policy import OfflineSearchPolicy
 from apps.agents.offline.replay import steps_of
 from apps.agents.offline.transforms import DECLARE_SIMD, Strategy, TransformError, apply
 from apps.agents.policy import Attempt, Candidate
 from apps.devices.cpu_c.build import compile_kernel
 from apps.devices.evaluator import EvalSettings, evaluate_candidate
-from apps.devices.services import kernel_source_store, operator_under_test
+from apps.devices.services import operator_under_test
 from apps.devices.symbols import imported_symbols
-from apps.memory.journal import journal_append
 from apps.memory.retrieval import Hit
-from apps.runs.models import OptimizationSession
-from tests.agents.test_offline_policy import improved_case, naive, situation
+from tests.agents.test_offline_policy import improved_case, naive, propose, situation
 from tests.factories import stored_builtin
+from tests.support.case_book import CaseBook, hit
 
 VECTOR_MATH = Strategy("vector_math")
 
@@ -64,43 +61,41 @@ def test_sigmoid_calls_the_vector_expf_and_keeps_its_infinities(db: None) -> Non
     assert any(c["case_id"] == "huge_values" and c["passed"] for c in cases)  # expf overflows
 
 
-def sigmoid_move(incumbent: Candidate, team: Team) -> Candidate | None:
+def sigmoid_move(incumbent: Candidate) -> Candidate | None:
     attempt = Attempt(1, incumbent, "no_change", True, 50.0, "")
-    offered = moves(replace(situation(team, "sigmoid", "activation", []), incumbent=attempt))
+    offered = moves(replace(situation("sigmoid", "activation", []), incumbent=attempt), CaseBook())
     return next((c for c in offered if c.strategy == "vector_math()"), None)
 
 
-def test_the_move_brings_no_math_errno_and_skips_kernels_built_with_fast_math(team: Team) -> None:
-    plain = sigmoid_move(Candidate(naive("sigmoid"), "starting kernel"), team)
-    fast = sigmoid_move(Candidate(naive("sigmoid"), "flags", ("-ffast-math",)), team)
+def test_the_move_brings_no_math_errno_and_skips_kernels_built_with_fast_math() -> None:
+    plain = sigmoid_move(Candidate(naive("sigmoid"), "starting kernel"))
+    fast = sigmoid_move(Candidate(naive("sigmoid"), "flags", ("-ffast-math",)))
 
     assert plain is not None and plain.flags == (NO_MATH_ERRNO,)
     assert fast is None  # math.h declares the vector versions then: the same binary
 
 
-def test_where_fast_math_broke_the_kernel_vector_math_comes_next(team: Team) -> None:
+def test_where_fast_math_broke_the_kernel_vector_math_comes_next() -> None:
     broken = frozenset({"flags(set=fast_math)"})
-    here = replace(situation(team, "sigmoid", "activation", []), tried=broken, broke=broken)
+    here = replace(situation("sigmoid", "activation", []), tried=broken, broke=broken)
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "vector_math()"
     assert proposal.candidate.flags == (NO_MATH_ERRNO,)
 
 
-def test_after_a_replay_with_fast_math_broke_the_kernel_its_steps_do_not_come_alone_first(
-    team: Team,
-) -> None:
+def test_after_a_replay_with_fast_math_broke_the_kernel_its_steps_do_not_come_alone_first() -> None:
     """sigmoid in a suite run: gelu's path (-ffast-math and the parallel loop), replayed on the
     start, broke it. The next round tried -ffast-math alone, which broke it the same way, and
     the parallel loop no longer fit in the five rounds (0.72x against memory off)."""
     replayed = ("replay(case=160): flags(set=fast_math); "
                 "omp_parallel_for(loop=L0, schedule=static)")  # fmt: skip
     failed = frozenset({replayed})
-    here = replace(situation(team, "sigmoid", "activation", []), tried=failed, broke=failed)
+    here = replace(situation("sigmoid", "activation", []), tried=failed, broke=failed)
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "vector_math()"
@@ -111,22 +106,20 @@ GELU_PATH = ("replay(case=43): flags(set=fast_math); omp_parallel_for(loop=L0, "
              "schedule=static); flags(set=unroll_loops)")  # fmt: skip
 
 
-def offered_after_the_failed_replay(team: Team, slug: str, family: str) -> set[str]:
+def offered_after_the_failed_replay(slug: str, family: str) -> set[str]:
     """What the offline policy offers on `slug`'s kernel a round after gelu's path broke it."""
     vectorized = Candidate(apply(VECTOR_MATH, naive(slug)), "vector_math()", (NO_MATH_ERRNO,))
     incumbent = Attempt(2, vectorized, "improved", True, 50.0, "")
-    here = replace(situation(team, slug, family, []), incumbent=incumbent,
+    here = replace(situation(slug, family, []), incumbent=incumbent,
                    broke=frozenset({GELU_PATH}))  # fmt: skip
-    return {c.strategy for c in moves(here)}
+    return {c.strategy for c in moves(here, CaseBook())}
 
 
-def test_a_flag_set_in_a_replay_that_broke_an_elementwise_map_is_not_offered_again(
-    team: Team,
-) -> None:
+def test_a_flag_set_in_a_replay_that_broke_an_elementwise_map_is_not_offered_again() -> None:
     """sigmoid in the next suite run: after gelu's path broke it, vector_math made it faster,
     and on that kernel -ffast-math alone broke it again in round 3: the parallel loop, the
     path's only other step, computes each element as the serial loop does."""
-    offered = offered_after_the_failed_replay(team, "sigmoid", "activation")
+    offered = offered_after_the_failed_replay("sigmoid", "activation")
 
     assert "flags(set=fast_math)" not in offered
     assert "omp_parallel_for(loop=L0, schedule=static)" in offered
@@ -141,54 +134,49 @@ def test_a_hoisted_division_can_change_a_result_too() -> None:
     assert culprits(GELU_PATH, naive("sigmoid")) == ["flags(set=fast_math)"]
 
 
-def test_where_a_loop_reduces_the_replay_s_other_steps_may_have_broken_it(team: Team) -> None:
+def test_where_a_loop_reduces_the_replay_s_other_steps_may_have_broken_it() -> None:
     """On a row reduction a parallel loop can race or reorder sums: the flag set stays."""
     incumbent = Attempt(2, Candidate(naive("row_sum"), "starting kernel"), "no_change", True,
                         50.0, "")  # fmt: skip
-    here = replace(situation(team, "row_sum", "reduction", []), incumbent=incumbent,
+    here = replace(situation("row_sum", "reduction", []), incumbent=incumbent,
                    broke=frozenset({GELU_PATH}))  # fmt: skip
 
-    assert "flags(set=fast_math)" in {c.strategy for c in moves(here)}
+    assert "flags(set=fast_math)" in {c.strategy for c in moves(here, CaseBook())}
 
 
-def test_only_the_flag_set_of_a_replay_that_broke_an_elementwise_map_is_blamed(team: Team) -> None:
+def test_only_the_flag_set_of_a_replay_that_broke_an_elementwise_map_is_blamed(
+    book: CaseBook,
+) -> None:
     """Blamed too, sigmoid's static parallel loop came after the fresh moves and its dynamic
     schedule, which gelu's parallel loop spoke for as well, ran 7x slower than the start."""
-    gelu_parallel = improved_case(team, "gelu", "omp_parallel_for(loop=L0, schedule=static)", 8.0)
+    gelu_parallel = improved_case(book, "gelu", "omp_parallel_for(loop=L0, schedule=static)", 8.0)
     failed = frozenset({GELU_PATH})
-    here = replace(situation(team, "sigmoid", "activation", [gelu_parallel]), tried=failed,
+    here = replace(situation("sigmoid", "activation", [gelu_parallel]), tried=failed,
                    broke=failed)  # fmt: skip
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here, book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "omp_parallel_for(loop=L0, schedule=static)"
 
 
-def failed_replay_case(team: Team, slug: str, replay: str) -> Hit:
+def failed_replay_case(book: CaseBook, slug: str, replay: str) -> Hit:
     """A case of `slug` whose replayed path `replay` broke its naive kernel."""
-    version = stored_builtin(slug)
-    session = OptimizationSession.objects.create(team=team, target="cpu-c", memory_mode="off")
-    base = {"version_id": version.pk, "target": "cpu-c"}
-    start = journal_append(session_id=session.pk, kind="case_recorded", payload={
-        **base, "correct": True, "iteration": 0, "strategy": "starting kernel",
-        "outcome": "no_change", "latency_ms": 10.0,
-        "source_sha256": kernel_source_store(naive(slug)).sha256})  # fmt: skip
-    child = journal_append(session_id=session.pk, kind="case_recorded", payload={
-        **base, "correct": False, "iteration": 1, "strategy": replay, "outcome": "incorrect",
-        "parent_case_id": start.pk})  # fmt: skip
-    return Hit(key=f"case:{child.pk}", kind="case", text=f"{slug}: {replay}", provenance={},
-               scores={"similarity": 0.8, "downstream": 0.0, "value": 0.0,
-                       "rank_score": 0.8})  # fmt: skip
+    session = book.new_session()
+    start = book.record(session_id=session, slug=slug, iteration=0, strategy="starting kernel",
+                        outcome="no_change", latency_ms=10.0, source=naive(slug))  # fmt: skip
+    child = book.record(session_id=session, slug=slug, iteration=1, strategy=replay,
+                        outcome="incorrect", correct=False, parent_id=start)  # fmt: skip
+    return hit(child, text=f"{slug}: {replay}")
 
 
-def test_a_replay_that_broke_a_similar_map_speaks_against_its_one_flag_set(team: Team) -> None:
+def test_a_replay_that_broke_a_similar_map_speaks_against_its_one_flag_set(book: CaseBook) -> None:
     """swiglu in a suite run: after gelu's path broke sigmoid, swiglu's round on -ffast-math
     broke it the same way. The replay's case is a known failure of that flag set."""
-    broke_sigmoid = failed_replay_case(team, "sigmoid", GELU_PATH)
-    here = situation(team, "swiglu", "activation", [broke_sigmoid])
+    broke_sigmoid = failed_replay_case(book, "sigmoid", GELU_PATH)
+    here = situation("swiglu", "activation", [broke_sigmoid])
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here, book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "vector_math()"
@@ -198,11 +186,11 @@ def test_a_replay_that_broke_a_similar_map_speaks_against_its_one_flag_set(team:
         "flags(set=fast_math)")}]  # fmt: skip
 
 
-def test_a_replay_that_broke_a_reduction_blames_no_one_step_elsewhere(team: Team) -> None:
-    broke_row_sum = failed_replay_case(team, "row_sum", GELU_PATH)
-    here = situation(team, "logsumexp_rows", "reduction", [broke_row_sum])
+def test_a_replay_that_broke_a_reduction_blames_no_one_step_elsewhere(book: CaseBook) -> None:
+    broke_row_sum = failed_replay_case(book, "row_sum", GELU_PATH)
+    here = situation("logsumexp_rows", "reduction", [broke_row_sum])
 
-    proposal = OfflineSearchPolicy().propose(here, tools=None)  # type: ignore[arg-type]
+    proposal = propose(here, book)
 
     assert proposal.candidate is not None
     assert proposal.candidate.strategy == "flags(set=fast_math)"

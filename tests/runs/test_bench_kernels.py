@@ -14,11 +14,11 @@ import pytest
 from celery import current_app
 from django.core.management import CommandError, call_command
 
-from apps.agents.policy import candidate_of_case
 from apps.benchmarks.kernels import consistency, consistency_line, disagreement, tasks_run_here
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent
 from apps.memory.tasks import embed_case
+from apps.runs.candidates import candidate_of_case
 from tests.factories import store_every_builtin
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case

@@ -10,13 +10,14 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
-from apps.agents.policy import Candidate, KernelKey, Proposal, Situation, candidate_of_case
+from apps.agents.policy import Candidate, KernelKey, Proposal, Situation
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule, RuleTransition
 from apps.memory.values import summarizer
 from apps.operators.models import OperatorVersion, StartingKernel
+from apps.runs.candidates import candidate_of_case
 from apps.runs.config import Budgets, Measurement
 from apps.runs.evaluators import evaluate_here
 from apps.runs.event_text import event_summary

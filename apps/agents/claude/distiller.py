@@ -12,9 +12,8 @@ from typing import Any
 
 from apps.agents.claude.client import ModelClient, ModelUnavailable
 from apps.core.errors import DomainError
-from apps.memory.models import MemoryVector
 from apps.memory.rules import Wording
-from apps.memory.values import Distiller, summarize
+from apps.memory.values import Distiller, Experience
 
 SYSTEM = """You distill standing guidance for a kernel-optimization agent from one experience
 that worked across several operators. Call propose_rule once: a short imperative statement of
@@ -37,18 +36,18 @@ PROPOSE_RULE = {
 
 
 def model_distiller(client: ModelClient, model: str) -> Distiller:
-    def distill(item: MemoryVector, evidence: dict[str, Any]) -> tuple[Wording, str]:
+    def distill(item: Experience, evidence: dict[str, Any]) -> tuple[Wording, str]:
         prompt = (f"Experience {item.key}:\n{item.text}\n\nEvidence (JSON):\n"
                   f"{json.dumps(evidence, default=str)[:4000]}")  # fmt: skip
         try:
             turn = client.turn(system=SYSTEM, messages=[{"role": "user", "content": prompt}],
                                tools=[PROPOSE_RULE])  # fmt: skip
         except ModelUnavailable as error:
-            return summarize(item), f"deterministic summarizer (the model was unavailable: {error})"
+            return item.summary, f"deterministic summarizer (the model was unavailable: {error})"
         wording = wording_from(turn.content)
         usage = turn.usage.as_json()
         if wording is None:
-            return summarize(item), f"deterministic summarizer ({model} proposed no rule)"
+            return item.summary, f"deterministic summarizer ({model} proposed no rule)"
         return wording, f"{model} (usage {usage})"
 
     return distill

@@ -18,8 +18,8 @@ from apps.agents.offline.moves import (
     strategy_name,
 )
 from apps.agents.offline.replay import DROP_FLAGS, case_of, flags_dropped_by, is_replay
-from apps.agents.policy import FAILED_OUTCOMES, Candidate, KernelKey, Situation, candidate_of_case
-from apps.memory.models import Case
+from apps.agents.policy import FAILED_OUTCOMES, Candidate, KernelKey, Situation, Tools
+from apps.memory.case_views import CaseView
 from apps.memory.retrieval import Hit
 
 # --- what memory says ------------------------------------------------------------------------
@@ -80,12 +80,12 @@ def speaks_for(evidence_move: str, move: str) -> bool:
     return evidence_move in (move, move.split("(", 1)[0])
 
 
-RetrievedCases = list[tuple[Hit, Case]]
+RetrievedCases = list[tuple[Hit, CaseView]]
 
 
-def retrieved_cases(hits: list[Hit]) -> RetrievedCases:
+def retrieved_cases(hits: list[Hit], tools: Tools) -> RetrievedCases:
     """The retrieved cases, each read once, with the hit that brought it."""
-    return [(hit, case) for hit in hits if (case := case_of(hit)) is not None]
+    return [(hit, case) for hit in hits if (case := case_of(hit, tools)) is not None]
 
 
 def gather_evidence(situation: Situation, cases: RetrievedCases) -> list[Evidence]:
@@ -99,25 +99,24 @@ def gather_evidence(situation: Situation, cases: RetrievedCases) -> list[Evidenc
     return evidence
 
 
-def case_evidence(hit: Hit, case: Case, situation: Situation,
+def case_evidence(hit: Hit, case: CaseView, situation: Situation,
                   here: frozenset[str]) -> Evidence | None:  # fmt: skip
-    if case.parent is None or case.parent.source is None:
+    if case.parent_source is None:
         return None  # a starting kernel says nothing about a strategy
     incumbent = situation.incumbent
     move = move_spoken_for(case)
-    if (incumbent is not None and case.parent.source.text == incumbent.candidate.source
+    if (incumbent is not None and case.parent_source == incumbent.candidate.source
             and strategy_name(move) not in FLAG_MOVES):  # fmt: skip
         # Made from this very source: what a loop move did says nothing sure about the same
         # move on another loop of it (the inner loop's parallel region lost 7x on
         # gather_rows; the outer one's gained 1.8x). A flag set is the same move on any
         # flags, so its record here is the surest evidence there is.
         return None
-    operator = case.version.operator
-    family = 1.0 if operator.family == situation.operator.family else OTHER_FAMILY_FACTOR
-    alike = overlap(here, kernel_features(case.parent.source.text))
+    family = 1.0 if case.family == situation.operator.family else OTHER_FAMILY_FACTOR
+    alike = overlap(here, kernel_features(case.parent_source))
     weight = max(0.0, hit.scores.get("similarity", 0.0)) * alike * family
-    where = f"{hit.key} ({operator.slug}, a kernel {alike:.0%} alike)"
-    if case.feedback.get("same_binary"):
+    where = f"{hit.key} ({case.operator}, a kernel {alike:.0%} alike)"
+    if case.same_binary:
         return Evidence(hit.key, move, 0.0, weight,
                         f"{where} compiled to its parent's very binary with {move}")  # fmt: skip
     gain = case_gain(case)
@@ -132,20 +131,20 @@ def case_evidence(hit: Hit, case: Case, situation: Situation,
     return Evidence(hit.key, move, gain, weight, f"{where} was {case.outcome} after {after}")
 
 
-def move_spoken_for(case: Case) -> str:
+def move_spoken_for(case: CaseView) -> str:
     """What a case speaks for: its strategy, or for a replayed path that broke an elementwise
     map, its one step that can change a result (see culprits), as if it had broken the kernel
     alone. swiglu, after sigmoid's replay with -ffast-math broke sigmoid, spent a round on
     -ffast-math and broke the same way."""
-    broken = case.parent.source if case.parent else None  # the kernel the path broke
+    broken = case.parent_source  # the kernel the path broke
     if is_replay(case.strategy) and case.outcome in FAILED_OUTCOMES and broken is not None:
-        blamed = culprits(case.strategy, broken.text)
+        blamed = culprits(case.strategy, broken)
         if len(blamed) == 1:
             return move_of(blamed[0])
     return move_of(case.strategy)
 
 
-def case_gain(case: Case) -> float | None:
+def case_gain(case: CaseView) -> float | None:
     """What a case says of its strategy: ln of its speedup over its parent, capped at
     MAX_GAIN either way, or FAILURE_GAIN when it broke the kernel; None when it says nothing
     (not timed)."""
@@ -156,7 +155,7 @@ def case_gain(case: Case) -> float | None:
     return None
 
 
-def measured_from_here(situation: Situation, cases: RetrievedCases) -> Measured:
+def measured_from_here(situation: Situation, cases: RetrievedCases, tools: Tools) -> Measured:
     """The retrieved cases of earlier sessions that were made from this very kernel (the
     incumbent's operator version, target, source, flags and threads), by the kernel each made:
     the gain the evaluator measured then, capped like any case's. This session's own cases are
@@ -167,7 +166,7 @@ def measured_from_here(situation: Situation, cases: RetrievedCases) -> Measured:
         return measured
     for hit, case in cases:
         gain = case_gain(case)
-        if gain is None or not made_from_this_kernel(case, situation):
+        if gain is None or not made_from_this_kernel(case, situation, tools):
             continue
         if case.correct and case.speedup_vs_parent:
             what = f"ran {case.speedup_vs_parent:.2f}x as fast as this kernel"
@@ -175,21 +174,22 @@ def measured_from_here(situation: Situation, cases: RetrievedCases) -> Measured:
             what = f"was {case.outcome}"
         why = (f"{hit.key}: {first_line(case.strategy)} on this very kernel, in session "
                f"{case.session_id}, {what}")  # fmt: skip
-        kernel = candidate_of_case(case).kernel_key
+        kernel = tools.proposed(case).kernel_key
         measured.setdefault(kernel, []).append(Evidence(hit.key, case.strategy, gain, 1.0, why))
     return measured
 
 
-def made_from_this_kernel(case: Case, situation: Situation) -> bool:
+def made_from_this_kernel(case: CaseView, situation: Situation, tools: Tools) -> bool:
     incumbent = situation.incumbent
-    parent = case.parent
-    if incumbent is None or parent is None or parent.source is None or case.source is None:
+    if incumbent is None or case.parent_id is None or case.parent_source is None:
         return False
-    return (case.session_id != situation.session_id
-            and case.version_id == situation.operator.version_id
-            and case.target == situation.target
-            and parent.source.text == incumbent.candidate.source
-            and candidate_of_case(parent).kernel_key == incumbent.candidate.kernel_key)  # fmt: skip
+    same_source = (case.source is not None and case.session_id != situation.session_id
+                   and case.version_id == situation.operator.version_id
+                   and case.target == situation.target
+                   and case.parent_source == incumbent.candidate.source)  # fmt: skip
+    parent = tools.case(case.parent_id) if same_source else None
+    kernel = incumbent.candidate.kernel_key
+    return parent is not None and tools.proposed(parent).kernel_key == kernel
 
 
 def evidence_for(move: str, evidence: list[Evidence]) -> float:

@@ -16,7 +16,6 @@ from apps.agents.offline.replay import (
     is_replay,
     lineage_of,
     steps_of,
-    tree_of,
 )
 from apps.agents.offline.transforms import (
     DECLARE_SIMD,
@@ -25,8 +24,7 @@ from apps.agents.offline.transforms import (
     apply,
     strategy_from_label,
 )
-from apps.agents.policy import Candidate, Situation
-from apps.memory.models import Case
+from apps.agents.policy import Candidate, Situation, Tools
 
 # -ffast-math includes -ffp-contract=fast: after it, that set compiles to the same binary.
 IMPLIED_BY = {"-ffast-math": ("-ffp-contract=fast",)}
@@ -41,13 +39,13 @@ FLAG_SETS: dict[str, tuple[str, ...]] = {
 # --- what it could do ------------------------------------------------------------------------
 
 
-def moves(situation: Situation) -> list[Candidate]:
+def moves(situation: Situation, tools: Tools) -> list[Candidate]:
     assert situation.incumbent is not None
     base = situation.incumbent.candidate
     candidates = source_moves(base)
     candidates += thread_moves(base)
     candidates += flag_moves(base, fast_math_allowed=situation.operator.fast_math_allowed)
-    candidates += drop_moves(base, replayed_flag_sets(situation.incumbent.case_id))
+    candidates += drop_moves(base, replayed_flag_sets(situation.incumbent.case_id, tools))
     # A flag set that broke this operator once breaks it again on any kernel derived from
     # that one: its tolerance is the operator's, not the kernel's.
     broken = broken_flag_sets(situation)
@@ -149,14 +147,14 @@ def flag_moves(base: Candidate, *, fast_math_allowed: bool) -> list[Candidate]:
     return moves
 
 
-def replayed_flag_sets(case_id: int) -> set[str]:
+def replayed_flag_sets(case_id: int, tools: Tools) -> set[str]:
     """The flag sets the incumbent took in with a replayed path: timed only together with the
     path's other steps, and found paying on another operator (row_sum's path brought
     -ffast-math to avg_pool2d, whose kernel it alone made 1.5x slower)."""
-    case = Case.objects.filter(pk=case_id).first()
+    case = tools.case(case_id)
     if case is None:
         return set()
-    return {label_params(step)["set"] for ancestor in lineage_of(case, tree_of(case))
+    return {label_params(step)["set"] for ancestor in lineage_of(case, tools.tree(case))
             if is_replay(ancestor.strategy)
             for step in steps_of(ancestor.strategy) if step.startswith("flags(set=")}  # fmt: skip
 

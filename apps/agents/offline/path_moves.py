@@ -37,7 +37,6 @@ from apps.agents.offline.replay import (
     paths,
     replay_label,
     steps_of,
-    tree_of,
 )
 from apps.agents.offline.transforms import (
     Strategy,
@@ -45,8 +44,8 @@ from apps.agents.offline.transforms import (
     apply,
     strategy_from_label,
 )
-from apps.agents.policy import Candidate, Situation, candidate_of_case
-from apps.memory.models import Case
+from apps.agents.policy import Candidate, Situation, Tools
+from apps.memory.case_views import CaseView
 
 # --- a path memory brought back ------------------------------------------------------------
 
@@ -98,19 +97,19 @@ class Replay:
 
 
 def replay_moves(situation: Situation, options: list[Candidate], order: tuple[str, ...],
-                 measured: Measured) -> list[Replay]:  # fmt: skip
+                 measured: Measured, tools: Tools) -> list[Replay]:  # fmt: skip
     """Each retrieved path replayed on the starting kernel, where two or more of its steps
     apply and gained there (one, on the operator's own path from this very start, unless
     `measured` already holds the ordinary move that makes its kernel), and it makes every
     lowering among `options` that it could. Only from the start: the steps were found from a
     start, in order."""
     incumbent = situation.incumbent
-    if incumbent is None or not situation.retrieved or not at_start(incumbent.case_id):
+    if incumbent is None or not situation.retrieved or not at_start(incumbent.case_id, tools):
         return []
     here = kernel_features(incumbent.candidate.source)
     lowerings = {strategy_name(c.strategy) for c in options} & set(LOWERINGS)
     found = paths(situation.retrieved, session_id=situation.session_id,
-                  version_id=situation.operator.version_id)  # fmt: skip
+                  version_id=situation.operator.version_id, tools=tools)  # fmt: skip
     replays = []
     for path in found:
         from_here = found_from_this_start(path, situation)
@@ -140,8 +139,9 @@ def found_from_this_start(path: Path, situation: Situation) -> bool:
             and path.start_source == incumbent.candidate.source)  # fmt: skip
 
 
-def at_start(case_id: int) -> bool:
-    return Case.objects.filter(pk=case_id, parent__isnull=True).exists()
+def at_start(case_id: int, tools: Tools) -> bool:
+    case = tools.case(case_id)
+    return case is not None and case.parent_id is None
 
 
 def replayed(path: Path, base: Candidate, situation: Situation,
@@ -184,7 +184,7 @@ class Ablation:
     first: bool = False
 
 
-def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablation]:
+def ablation_moves(situation: Situation, order: tuple[str, ...], tools: Tools) -> list[Ablation]:
     """The incumbent, when it is a replayed path that gained here far less than where it was
     found, made again from the start: first, before any fresh move on the replayed kernel,
     with only the source step the prior expects most of, without the path's flags (the
@@ -197,19 +197,19 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
     run the flags taken out, then each of the other two steps left out, took three rounds
     and found nothing."""
     incumbent = situation.incumbent
-    incumbent_case = Case.objects.filter(pk=incumbent.case_id).first() if incumbent else None
+    incumbent_case = tools.case(incumbent.case_id) if incumbent else None
     if incumbent_case is None:
         return []
     case = (incumbent_case if is_replay(incumbent_case.strategy)
-            else replay_that_fell_short(incumbent_case))  # fmt: skip
+            else replay_that_fell_short(incumbent_case, tools))  # fmt: skip
     if case is None:
         return []
-    start = lineage_of(case, tree_of(case))[0]
-    if not underdelivered(case, start):
+    start = lineage_of(case, tools.tree(case))[0]
+    if not underdelivered(case, start, tools):
         return []
     steps = steps_of(case.strategy)
     sources = [i for i, step in enumerate(steps) if not sets_flags_or_threads(step)]
-    base, followed = candidate_of_case(start), followed_case_id(case.strategy)
+    base, followed = tools.proposed(start), followed_case_id(case.strategy)
     strongest = max(sources, key=lambda i: prior(move_of(steps[i]), order), default=None)
     ablations = []
     for index in sources:
@@ -229,7 +229,7 @@ def ablation_moves(situation: Situation, order: tuple[str, ...]) -> list[Ablatio
     return ablations
 
 
-def replay_that_fell_short(start: Case) -> Case | None:
+def replay_that_fell_short(start: CaseView, tools: Tools) -> CaseView | None:
     """The first replay this session made from `start`, a starting kernel that is still the
     incumbent, so one that came out correct but no faster: its steps were timed only together
     too (cross_entropy's path read 0.98x on avg_pool2d, whose parallel loop alone made it
@@ -238,18 +238,18 @@ def replay_that_fell_short(start: Case) -> Case | None:
     own."""
     if start.parent_id is not None:
         return None
-    replays = Case.objects.filter(parent=start, session_id=start.session_id, correct=True,
-                                  strategy__startswith=f"{REPLAY}(")  # fmt: skip
-    return replays.exclude(latency_ms=None).order_by("iteration").first()
+    return next((child for child in tools.children(start) if child.correct
+                 and child.strategy.startswith(f"{REPLAY}(") and child.latency_ms is not None),
+                None)  # fmt: skip
 
 
-def underdelivered(case: Case, start: Case) -> bool:
+def underdelivered(case: CaseView, start: CaseView, tools: Tools) -> bool:
     """Whether a replayed kernel gained over its start less than UNDERDELIVERED_SHARE of what
     the path it followed gained over its own start."""
-    followed = Case.objects.filter(pk=followed_case_id(case.strategy)).first()
+    followed = tools.case(followed_case_id(case.strategy))
     if followed is None or not (case.latency_ms and start.latency_ms and followed.latency_ms):
         return False
-    origin = lineage_of(followed, tree_of(followed))[0]
+    origin = lineage_of(followed, tools.tree(followed))[0]
     if not origin.latency_ms or origin.latency_ms <= followed.latency_ms:
         return False
     gained_here = math.log(start.latency_ms / case.latency_ms)

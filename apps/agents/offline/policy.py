@@ -95,12 +95,12 @@ class OfflineSearchPolicy:
         if situation.incumbent is None:
             return Proposal(None, rationale=no_start_reason(situation))
         order = prior_order(kernel_features(situation.incumbent.candidate.source))
-        ordinary = moves(situation)
-        cases = retrieved_cases(situation.retrieved)
-        measured = measured_from_here(situation, cases)
+        ordinary = moves(situation, tools)
+        cases = retrieved_cases(situation.retrieved, tools)
+        measured = measured_from_here(situation, cases, tools)
         replays = {r.candidate.strategy: r
-                   for r in replay_moves(situation, ordinary, order, measured)}  # fmt: skip
-        ablations = {a.candidate.strategy: a for a in ablation_moves(situation, order)}
+                   for r in replay_moves(situation, ordinary, order, measured, tools)}  # fmt: skip
+        ablations = {a.candidate.strategy: a for a in ablation_moves(situation, order, tools)}
         made = [*ordinary, *(r.candidate for r in replays.values()),
                 *(a.candidate for a in ablations.values())]  # fmt: skip
         options = [c for c in made if c.strategy not in situation.tried

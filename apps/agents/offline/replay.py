@@ -16,16 +16,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
-
-from apps.agents.policy import MAX_STRATEGY_CHARS
+from apps.agents.policy import MAX_STRATEGY_CHARS, Tools
+from apps.memory.case_views import CaseView
 from apps.memory.keys import id_in_key
-from apps.memory.models import Case
 from apps.memory.retrieval import Hit
 
 REPLAY = "replay"
 STEP_SEPARATOR = "; "
 DROP_FLAGS = "drop_flags"  # `drop_flags(set=fast_math)`: a replayed flag set taken out again
+IMPROVED = "improved"  # a case's outcome when its kernel replaced its parent
 
 
 @dataclass(frozen=True)
@@ -75,34 +74,34 @@ def steps_of(label: str) -> list[str]:
     return [step.strip() for step in listed.split(STEP_SEPARATOR) if step.strip()]
 
 
-def paths(hits: list[Hit], *, session_id: int, version_id: int) -> list[Path]:
+def paths(hits: list[Hit], *, session_id: int, version_id: int, tools: Tools) -> list[Path]:
     """One path per tree the retrieved cases point to, best first; the tree being grown now
     (this session, this operator) is left out."""
     found: dict[int, Path] = {}
     for hit in hits:
-        case = case_of(hit)
+        case = case_of(hit, tools)
         if case is None or (case.session_id, case.version_id) == (session_id, version_id):
             continue
-        path = best_path(case, hit)
+        path = best_path(case, hit, tools)
         if path is not None and path.best_case_id not in found:
             found[path.best_case_id] = path
     return sorted(found.values(), key=lambda p: -p.speedup)
 
 
-def case_of(hit: Hit) -> Case | None:
+def case_of(hit: Hit, tools: Tools) -> CaseView | None:
     case_id = id_in_key(hit.key, "case")
     if hit.kind != "case" or case_id is None:
         return None
-    return (Case.objects.filter(pk=case_id)
-            .select_related("version__operator", "source", "parent__source").first())  # fmt: skip
+    return tools.case(case_id)
 
 
-def best_path(case: Case, hit: Hit) -> Path | None:
+def best_path(case: CaseView, hit: Hit, tools: Tools) -> Path | None:
     """The path to the last incumbent of `case`'s tree (each kernel on it was judged faster
     than its parent); None while nothing in the tree has replaced its start."""
-    tree = tree_of(case)
-    best = tree.filter(outcome=Case.Outcome.IMPROVED, correct=True, latency_ms__isnull=False,
-                       parent__isnull=False).order_by("-iteration").first()  # fmt: skip
+    tree = tools.tree(case)
+    improved = [c for c in tree if c.outcome == IMPROVED and c.correct
+                and c.latency_ms is not None and c.parent_id is not None]  # fmt: skip
+    best = max(improved, key=lambda c: c.iteration, default=None)
     if best is None or best.latency_ms is None:
         return None
     lineage = lineage_of(best, tree)
@@ -110,12 +109,11 @@ def best_path(case: Case, hit: Hit) -> Path | None:
     if start.source is None or not start.latency_ms or best.latency_ms >= start.latency_ms:
         return None
     steps = without_undone(steps_along(lineage))
-    operator = case.version.operator
     return Path(
         key=hit.key, similarity=max(0.0, hit.scores.get("similarity", 0.0)),
-        operator=operator.slug, family=operator.family, version_id=case.version_id,
-        target=case.target, best_case_id=best.pk,
-        start_source=start.source.text, steps=steps, speedup=start.latency_ms / best.latency_ms,
+        operator=case.operator, family=case.family, version_id=case.version_id,
+        target=case.target, best_case_id=best.id,
+        start_source=start.source, steps=steps, speedup=start.latency_ms / best.latency_ms,
     )  # fmt: skip
 
 
@@ -140,22 +138,17 @@ def flags_dropped_by(label: str) -> str | None:
     return rest[:-1] if name == DROP_FLAGS and rest.endswith(")") else None
 
 
-def tree_of(case: Case) -> QuerySet[Case]:
-    """The cases of `case`'s operator in its session, on its target."""
-    return Case.objects.filter(session_id=case.session_id, version_id=case.version_id,
-                               target=case.target)  # fmt: skip
-
-
-def lineage_of(case: Case, tree: QuerySet[Case]) -> list[Case]:
-    """`case` and its ancestors in its tree, read in one query, the starting kernel first."""
-    by_id = {c.pk: c for c in tree.select_related("source")}
-    chain = [case]
-    while (parent := by_id.get(chain[-1].parent_id or 0)) is not None and parent not in chain:
+def lineage_of(case: CaseView, tree: list[CaseView]) -> list[CaseView]:
+    """`case` and its ancestors in `tree` (tools.tree of it), the starting kernel first."""
+    by_id = {c.id: c for c in tree}
+    chain, seen = [case], {case.id}
+    while (parent := by_id.get(chain[-1].parent_id or 0)) is not None and parent.id not in seen:
         chain.append(parent)
+        seen.add(parent.id)
     return chain[::-1]
 
 
-def steps_along(lineage: list[Case]) -> list[Step]:
+def steps_along(lineage: list[CaseView]) -> list[Step]:
     """The steps from the start of `lineage` to its last case. A replayed kernel is made from
     the start whatever its parent (a replay made again without one of its steps is a child of
     the replay): the path to it is its own steps, sharing its gain over the start."""
@@ -168,10 +161,10 @@ def steps_along(lineage: list[Case]) -> list[Step]:
     return steps
 
 
-def steps_with_gains(parent: Case, child: Case) -> list[Step]:
+def steps_with_gains(parent: CaseView, child: CaseView) -> list[Step]:
     """The steps that made `child` from `parent` (an ancestor, for a replay), sharing its gain
     equally (the steps of a replay were timed together)."""
-    speedup = child.speedup_vs_parent if child.parent_id == parent.pk else None
+    speedup = child.speedup_vs_parent if child.parent_id == parent.id else None
     if not speedup and parent.latency_ms and child.latency_ms:
         speedup = parent.latency_ms / child.latency_ms
     labels = steps_of(child.strategy)
