@@ -10,6 +10,7 @@ import pytest
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.agents.assembly import lost_on_same_source
 from apps.agents.policy import Candidate, KernelKey, Proposal, Situation, candidate_of_case
 from apps.core.errors import PermissionDenied
 from apps.devices.evaluator import EvalSettings
@@ -21,11 +22,7 @@ from apps.runs.config import Budgets, Measurement
 from apps.runs.evaluators import evaluate_here
 from apps.runs.event_text import event_summary
 from apps.runs.judging import judge
-from apps.runs.loop import (
-    Progress,
-    advance,
-    lost_on_same_source,
-)
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create, session_pause, session_resume, session_stop
@@ -512,14 +509,10 @@ def test_what_did_not_pay_on_the_incumbent_s_source_is_lost_whatever_its_flags()
         case(3, 10, 1, "improved", "flags(set=fast_math)"),
         case(4, 12, 3, "no_change", "tile(loop=L6, size=32)"),
     ]
-    on_start_code = Progress(cases=trail, incumbent=trail[2], correctness_scored=True,
-                             tokens_used=0)  # fmt: skip
-    assert lost_on_same_source(on_start_code) == {"interchange(loop=L6)",
-                                                  "tile(loop=L6, size=32)"}  # fmt: skip
+    assert lost_on_same_source(trail, incumbent=trail[2]) == {"interchange(loop=L6)",
+                                                              "tile(loop=L6, size=32)"}  # fmt: skip
     tiled = case(5, 13, 3, "improved", "tile(loop=L6, size=64)")
-    on_new_code = Progress(cases=[*trail, tiled], incumbent=tiled, correctness_scored=True,
-                           tokens_used=0)  # fmt: skip
-    assert lost_on_same_source(on_new_code) == frozenset()
+    assert lost_on_same_source([*trail, tiled], incumbent=tiled) == frozenset()
 
 
 class Remembering(Commenting):
