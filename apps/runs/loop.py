@@ -13,10 +13,10 @@ An iteration is a short pipeline, each step a function of the app that owns its 
    incumbent's very kernel);
 2. agents assemble the context and the situation (apps/agents/assembly.py), and the policy
    proposes (apps/agents/policy.py; the tools it may call are apps/runs/tools.py);
-3. the device evaluates (apps/runs/evaluators.py: with which settings, and where), and the
-   verdict's steps are journaled (apps/devices/verdicts.py);
-4. the case is judged and recorded (apps/runs/recording.py), and a stage that ended is closed
-   (apps/memory/stages.py: its score, ATU credit, UGC's rule proposals).
+3. the device evaluates (apps/runs/evaluators.py: with which settings, and where);
+4. the verdict's steps (apps/devices/verdicts.py) and the case it judges are recorded
+   (apps/runs/recording.py), and a stage that ended is closed (apps/memory/stages.py: its
+   score, ATU credit, UGC's rule proposals).
 
 Per operator: iteration 0 evaluates the starting kernel; later iterations recall, assemble,
 propose, evaluate and record, replacing the incumbent only when a correct candidate is faster
@@ -36,14 +36,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.agents.assembly import assemble_context, offered_and_adopted
-from apps.agents.policy import Candidate, Policy, Proposal, bounded_candidate, candidate_of
+from apps.agents.policy import (
+    Candidate,
+    Policy,
+    Proposal,
+    Situation,
+    bounded_candidate,
+    candidate_of,
+)
 from apps.core.locks import advisory_lock
-from apps.devices.verdicts import verdict_steps
 from apps.memory.journal import journal_append, journal_record, step_done
 from apps.memory.recall import recall
 from apps.memory.stages import Stage, close_stage, correctness_passed, final_stage
-from apps.memory.values import Distiller, MemoryMode
-from apps.operators.models import OperatorVersion
 from apps.runs.config import OperatorEntry, SessionConfig
 from apps.runs.evaluators import Evaluate, SessionPaused, carried_out, eval_settings
 from apps.runs.models import OptimizationSession
@@ -52,15 +56,15 @@ from apps.runs.progress import (
     load_progress,
     operator_started,
     operator_summary,
+    operator_version,
     starting_candidate,
     step_key,
     stop_reason,
 )
-from apps.runs.recording import proposal_record, record_case
+from apps.runs.recording import proposal_record, record_case, record_verdict
 from apps.runs.tools import LoopTools
 
 if TYPE_CHECKING:
-    from apps.agents.policy import Situation
     from apps.devices.models import Evaluation
     from apps.memory.models import Case, JournalEvent
 
@@ -171,19 +175,13 @@ class Iteration:
     """One iteration of one operator: start the operator -> stop? -> propose (recall, assemble,
     ask the policy) -> evaluate -> report the verdict -> record the case -> close the stage."""
 
-    def __init__(
-        self,
-        session: OptimizationSession,
-        config: SessionConfig,
-        entry: OperatorEntry,
-        evaluate: Evaluate,
-        policy_for: PolicyFactory,
-    ) -> None:
+    def __init__(self, session: OptimizationSession, config: SessionConfig, entry: OperatorEntry,
+                 evaluate: Evaluate, policy_for: PolicyFactory) -> None:  # fmt: skip
         self.session, self.config, self.entry = session, config, entry
         self.evaluate, self.policy_for = evaluate, policy_for
         self.position = [e.slug for e in config.operators].index(entry.slug)
-        self.version = OperatorVersion.objects.select_related("operator").get(pk=entry.version_id)
-        self.mode = MemoryMode(config.memory_mode)
+        self.version = operator_version(entry)
+        self.mode = config.memory
         self.progress = load_progress(session, self.version, entry.slug)
         self.n = self.progress.iteration
 
@@ -285,9 +283,8 @@ class Iteration:
     # --- reporting and recording ---
 
     def report_verdict(self, evaluation: Evaluation) -> None:
-        base = {"operator": self.entry.slug, "iteration": self.n, "evaluation_id": evaluation.pk}
-        for kind, step in verdict_steps(evaluation.verdict or {}):
-            self.append(kind, {**base, **step})
+        record_verdict(evaluation, session_id=self.session.pk, position=self.position,
+                       operator=self.entry.slug, iteration=self.n)  # fmt: skip
 
     def record(self, candidate: Candidate, evaluation: Evaluation,
                adopted: list[dict[str, str]], retrieved: list[str]) -> Case:  # fmt: skip
@@ -316,10 +313,9 @@ class Iteration:
                     step=f"{self.position}:finished")  # fmt: skip
 
     def close_stage(self, stage: Stage) -> None:
+        # The policy words the rules consolidation proposes (the Claude one with the model,
+        # the offline one by summarizing); asked for only when the stage closes.
+        policy = self.policy_for
         close_stage(stage, session_id=self.session.pk, team=self.session.team, mode=self.mode,
                     operator=self.entry.slug, position=self.position,
-                    distiller=self.distiller)  # fmt: skip
-
-    def distiller(self) -> Distiller:
-        """The Claude policy words rules with the model; the offline one summarizes."""
-        return self.policy_for(self.session, self.config).distiller()
+                    distiller=lambda: policy(self.session, self.config).distiller())  # fmt: skip

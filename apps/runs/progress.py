@@ -47,6 +47,10 @@ class Progress:
         return self.cases[-1] if self.cases else None
 
 
+def operator_version(entry: OperatorEntry) -> OperatorVersion:
+    return OperatorVersion.objects.select_related("operator").get(pk=entry.version_id)
+
+
 def load_progress(session: OptimizationSession, version: OperatorVersion, slug: str) -> Progress:
     cases = list(
         Case.objects.filter(session_id=session.pk, version=version)

@@ -1,7 +1,7 @@
-"""What the loop writes to move an operator on: the candidate it proposed, and the case its
-evaluation judged (with the incumbent it replaced and the adoptions it made), each under its
-step's key so that a replayed iteration writes nothing twice. A `case_recorded` event makes
-its Case (apps/memory/journal.py)."""
+"""What the loop writes to move an operator on: the candidate it proposed, the steps its
+evaluation's verdict reached, and the case that evaluation judged (with the incumbent it
+replaced and the adoptions it made), each under its step's key so that a replayed iteration
+writes nothing twice. A `case_recorded` event makes its Case (apps/memory/journal.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import transaction
 from apps.agents.policy import Candidate, Proposal
 from apps.devices.models import Evaluation
 from apps.devices.services import kernel_source_store
+from apps.devices.verdicts import verdict_steps
 from apps.memory.journal import journal_append
 from apps.memory.models import Case
 from apps.runs.judging import judge, ran_as_parent
@@ -29,6 +30,15 @@ def proposal_record(candidate: Candidate, proposal: Proposal, *, operator: str, 
         "adopted": proposal.adopted, "retrieved": retrieved,
         "rationale": proposal.rationale[:2000],
     }  # fmt: skip
+
+
+def record_verdict(evaluation: Evaluation, *, session_id: int, position: int, operator: str,
+                   iteration: int) -> None:  # fmt: skip
+    """Journal the steps the evaluation's verdict reached (compiled, case results, timed)."""
+    base = {"operator": operator, "iteration": iteration, "evaluation_id": evaluation.pk}
+    for kind, detail in verdict_steps(evaluation.verdict or {}):
+        journal_append(session_id=session_id, kind=kind, payload={**base, **detail},
+                       step=step_key(position, iteration, kind))  # fmt: skip
 
 
 def record_case(
