@@ -52,16 +52,11 @@ from apps.operators.models import OperatorVersion, Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.candidates import candidate_of_case
 from apps.runs.config import Budgets, Measurement
-from apps.runs.evaluators import evaluate_here_since
-from apps.runs.loop import (
-    Evaluate,
-    advance,
-    baseline_settings,
-    replaces_incumbent,
-    timed_kernel,
-)
+from apps.runs.evaluators import Evaluate, baseline_settings, evaluate_here_since, timed_kernel
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
+from apps.runs.recording import replaces_incumbent
 from apps.runs.services import session_create
 
 MODES = ("read_write", "off")

@@ -107,3 +107,31 @@ def _number(value: float | str) -> str:
 def _stats(stats: dict[str, float]) -> str:
     return (f"median {stats['median_ms']:.3f} ms (mean {stats['mean_ms']:.3f}, "
             f"min {stats['min_ms']:.3f})")  # fmt: skip
+
+
+def verdict_steps(verdict: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The steps of a verdict as the loop journals them, in the order they ran: `compiled`,
+    `case_results` and `timed` (each only when the verdict reached it), each with whether it
+    passed and the detail a reader needs (the first errors, the failing cases, the timing)."""
+    steps: list[tuple[str, dict[str, Any]]] = []
+    compiled = verdict.get("compiled")
+    if compiled is not None:
+        errors = compiled.get("errors", [])[:5]
+        steps.append(("compiled", {"ok": bool(compiled["ok"]), "detail": {
+            "cached": compiled.get("cached", False), "errors": errors}}))  # fmt: skip
+    correct = verdict.get("correct")
+    if correct is not None:
+        failing = [c for c in correct.get("cases", []) if not c.get("passed")][:10]
+        steps.append(("case_results", {"ok": bool(correct["ok"]), "detail": {
+            "runs": correct.get("runs"), "failed": correct.get("failed"),
+            "failing": failing}}))  # fmt: skip
+    timed = verdict.get("timed")
+    if timed is not None:
+        detail = {k: timed.get(k) for k in ("case_id", "speedup", "reason", "threads")}
+        if "vs_baseline" in timed:
+            detail["vs_baseline"] = timed["vs_baseline"]
+        if "candidate" in timed:
+            detail["median_ms"] = timed["candidate"]["median_ms"]
+            detail["reference_median_ms"] = timed["reference"]["median_ms"]
+        steps.append(("timed", {"ok": bool(timed.get("ok")), "detail": detail}))
+    return steps

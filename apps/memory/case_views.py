@@ -96,14 +96,20 @@ def proposed_kernel(case: Case) -> ProposedKernel:
     """The kernel a case evaluated, as it was proposed (flags and threads included)."""
     if case.source is None:
         return ProposedKernel("", case.strategy)
-    event = JournalEvent.objects.filter(
+    event = proposal_event(case)
+    if event is not None:
+        return proposed_in(event)
+    return ProposedKernel(case.source.text, case.strategy)
+
+
+def proposal_event(case: Case) -> JournalEvent | None:
+    """The `candidate_proposed` event of a case with a source."""
+    assert case.source is not None
+    return JournalEvent.objects.filter(
         session_id=case.session_id, kind="candidate_proposed",
         payload__operator=case.version.operator.slug, payload__iteration=case.iteration,
         payload__source_sha256=case.source.sha256,
     ).first()  # fmt: skip
-    if event is not None:
-        return proposed_in(event)
-    return ProposedKernel(case.source.text, case.strategy)
 
 
 def proposed_kernel_of(case: CaseView) -> ProposedKernel:

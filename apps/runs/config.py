@@ -76,6 +76,10 @@ class SessionConfig:
         self.budgets.check()
         self.measurement.check()
 
+    @property
+    def memory(self) -> MemoryMode:
+        return MemoryMode(self.memory_mode)
+
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 

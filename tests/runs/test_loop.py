@@ -22,11 +22,7 @@ from apps.runs.config import Budgets, Measurement
 from apps.runs.evaluators import evaluate_here
 from apps.runs.event_text import event_summary
 from apps.runs.judging import judge
-from apps.runs.loop import (
-    Progress,
-    advance,
-    lost_on_same_source,
-)
+from apps.runs.loop import advance
 from apps.runs.models import OptimizationSession
 from apps.runs.policies import policy_for
 from apps.runs.services import session_create, session_pause, session_resume, session_stop
@@ -496,31 +492,6 @@ def test_a_parent_timed_beside_the_candidate_decides_over_its_own_older_timing()
 
     assert (judged.outcome, judged.speedup_vs_parent) == ("improved", 1.5)
     assert "speedup vs the baseline, timed beside it: 1.50x" in judged.feedback["summary"]
-
-
-def test_what_did_not_pay_on_the_incumbent_s_source_is_lost_whatever_its_flags() -> None:
-    """attention's trail: interchange lost on the start; -ffast-math kept the start's source
-    and won; its children see interchange as lost, a kernel with other code does not."""
-
-    def case(pk: int, source: int, parent: int | None, outcome: str, strategy: str) -> Case:
-        return Case(pk=pk, source_id=source, parent_id=parent, outcome=outcome,
-                    strategy=strategy)  # fmt: skip
-
-    start = case(1, 10, None, "no_change", "starting kernel")
-    trail = [
-        start,
-        case(2, 11, 1, "regressed", "interchange(loop=L6)"),
-        case(3, 10, 1, "improved", "flags(set=fast_math)"),
-        case(4, 12, 3, "no_change", "tile(loop=L6, size=32)"),
-    ]
-    on_start_code = Progress(cases=trail, incumbent=trail[2], correctness_scored=True,
-                             tokens_used=0)  # fmt: skip
-    assert lost_on_same_source(on_start_code) == {"interchange(loop=L6)",
-                                                  "tile(loop=L6, size=32)"}  # fmt: skip
-    tiled = case(5, 13, 3, "improved", "tile(loop=L6, size=64)")
-    on_new_code = Progress(cases=[*trail, tiled], incumbent=tiled, correctness_scored=True,
-                           tokens_used=0)  # fmt: skip
-    assert lost_on_same_source(on_new_code) == frozenset()
 
 
 class Remembering(Commenting):
