@@ -219,7 +219,8 @@ class Iteration:
         settings = eval_settings(candidate, self.config.measurement, target=self.config.target,
                                  parent=self.progress.parent)  # fmt: skip
         evaluation = carried_out(self.evaluate(self.version, candidate, settings, self.session))
-        self.report_verdict(evaluation)
+        record_verdict(evaluation, session_id=self.session.pk, position=self.position,
+                       operator=self.entry.slug, iteration=self.n)  # fmt: skip
         case = self.record(candidate, evaluation, adopted, retrieved)
         self.after_record(case)
 
@@ -265,11 +266,10 @@ class Iteration:
 
     def situation(self) -> Situation:
         """What memory recalls, assembled into the context the policy proposes from."""
-        progress, config = self.progress, self.config
+        config, incumbent, cases = self.config, self.progress.incumbent, self.progress.cases
         recalled = recall(team=self.session.team, session_id=self.session.pk,
-                          version=self.version, target=config.target,
-                          incumbent=progress.incumbent, mode=self.mode)  # fmt: skip
-        incumbent, cases = progress.incumbent, progress.cases
+                          version=self.version, target=config.target, incumbent=incumbent,
+                          mode=self.mode)  # fmt: skip
         assembled = assemble_context(
             session_id=self.session.pk, team_id=self.session.team_id, target=config.target,
             operator=brief_of(self.version), iteration=self.n,
@@ -287,11 +287,7 @@ class Iteration:
             candidate, proposal, operator=self.entry.slug, iteration=self.n,
             parent=self.progress.parent, retrieved=retrieved))  # fmt: skip
 
-    # --- reporting and recording ---
-
-    def report_verdict(self, evaluation: Evaluation) -> None:
-        record_verdict(evaluation, session_id=self.session.pk, position=self.position,
-                       operator=self.entry.slug, iteration=self.n)  # fmt: skip
+    # --- recording ---
 
     def record(self, candidate: Candidate, evaluation: Evaluation,
                adopted: list[dict[str, str]], retrieved: list[str]) -> Case:  # fmt: skip
