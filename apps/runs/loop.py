@@ -179,7 +179,7 @@ def operator_started(
 
 def current_operator(session: OptimizationSession, config: SessionConfig) -> OperatorEntry | None:
     finished = set(
-        JournalEvent.objects.filter(session=session, kind="operator_finished").values_list(
+        JournalEvent.objects.filter(session_id=session.pk, kind="operator_finished").values_list(
             "payload__operator", flat=True
         )
     )
@@ -379,8 +379,8 @@ class Iteration:
     def kernels_evaluated(self) -> frozenset[KernelKey]:
         """The kernels proposed for this operator before this iteration, as they ran."""
         proposed = JournalEvent.objects.filter(
-            session=self.session, kind="candidate_proposed", payload__operator=self.entry.slug,
-            payload__iteration__lt=self.n,
+            session_id=self.session.pk, kind="candidate_proposed",
+            payload__operator=self.entry.slug, payload__iteration__lt=self.n,
         ).values_list("payload", flat=True)  # fmt: skip
         return frozenset((p["source_sha256"], tuple(p["flags"]), p["threads"]) for p in proposed)
 
@@ -591,11 +591,11 @@ class Iteration:
 
 def load_progress(session: OptimizationSession, version: OperatorVersion, slug: str) -> Progress:
     cases = list(
-        Case.objects.filter(session=session, version=version)
+        Case.objects.filter(session_id=session.pk, version=version)
         .select_related("source", "version__operator")
         .order_by("iteration")
     )
-    events = JournalEvent.objects.filter(session=session, payload__operator=slug)
+    events = JournalEvent.objects.filter(session_id=session.pk, payload__operator=slug)
     replaced = events.filter(kind="incumbent_replaced").order_by("-seq").first()
     incumbent = next((c for c in cases if replaced and c.pk == replaced.payload["case_id"]), None)
     tokens = sum(

@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 
 from apps.accounts.models import Team
+from apps.memory.models import Journal
 
 
 class OptimizationSession(models.Model):
     """One optimization session: the agent's loop over an operator or a suite on a target.
 
-    `last_seq` is the journal's high-water mark, advanced under this row's lock, so journal
-    sequence numbers are gapless per session without a global serial. `config` holds
-    everything needed to run it again (see apps/runs/config.py); where the loop stands is
-    read from the journal, never kept here.
+    Its journal (`memory.Journal`, under the same id) is made with it, in the same
+    transaction: memory sits below runs, so the journal carries the session's id and keeps its
+    own counters (`last_seq`, `tokens_used`, read here from it). `config` holds everything
+    needed to run it again (see apps/runs/config.py); where the loop stands is read from the
+    journal, never kept here.
     """
 
     class Status(models.TextChoices):
@@ -26,13 +30,11 @@ class OptimizationSession(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE)
     target = models.CharField(max_length=32)
     label = models.CharField(max_length=200, blank=True)
-    last_seq = models.PositiveBigIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     status_reason = models.TextField(blank=True)
     policy = models.CharField(max_length=20, default="offline")
     memory_mode = models.CharField(max_length=12, default="read_write")
     config = models.JSONField(default=dict)
-    tokens_used = models.PositiveBigIntegerField(default=0)  # model tokens, from the journal
     # Each queued "advance" message carries the ticket current when it was sent; only that one
     # may go on, so a session restarted after a worker died never runs two chains at once.
     ticket = models.PositiveIntegerField(default=0)
@@ -50,6 +52,30 @@ class OptimizationSession(models.Model):
 
     def __str__(self) -> str:
         return self.label or f"session {self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """However the session is made (the service, a benchmark, a test), its journal is made
+        with it."""
+        adding = self._state.adding
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            if adding:
+                Journal.objects.create(id=self.pk, team_id=self.team_id, target=self.target,
+                                       memory_mode=self.memory_mode)  # fmt: skip
+
+    @property
+    def journal(self) -> Journal:
+        return Journal.objects.get(pk=self.pk)
+
+    @property
+    def last_seq(self) -> int:
+        """The journal's high-water mark, 0 before its first event."""
+        return self.journal.last_seq
+
+    @property
+    def tokens_used(self) -> int:
+        """Model tokens, summed by the journal from its `model_called` events."""
+        return self.journal.tokens_used
 
     @property
     def is_active(self) -> bool:
