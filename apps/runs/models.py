@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +47,7 @@ class OptimizationSession(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    journal_read: Journal | None = None  # not a field: a list's journals, read at once
 
     class Meta:
         ordering = ["-created_at"]
@@ -65,7 +67,8 @@ class OptimizationSession(models.Model):
 
     @property
     def journal(self) -> Journal:
-        return Journal.objects.get(pk=self.pk)
+        """Read afresh each time, except in a list given its journals (`with_journals`)."""
+        return self.journal_read or Journal.objects.get(pk=self.pk)
 
     @property
     def last_seq(self) -> int:
@@ -80,3 +83,12 @@ class OptimizationSession(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING, self.Status.STOPPING)
+
+
+def with_journals(sessions: Iterable[OptimizationSession]) -> list[OptimizationSession]:
+    """The sessions, their journals read in one query: a list shows each one's counters."""
+    listed = list(sessions)
+    journals = Journal.objects.in_bulk([s.pk for s in listed])
+    for session in listed:
+        session.journal_read = journals[session.pk]
+    return listed

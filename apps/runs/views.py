@@ -23,7 +23,7 @@ from apps.runs.config import Measurement, SessionConfig
 from apps.runs.estimate import duration_text, recent_seconds_per_evaluation, run_estimate
 from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
-from apps.runs.models import OptimizationSession
+from apps.runs.models import OptimizationSession, with_journals
 from apps.runs.services import (
     default_budgets,
     session_create,
@@ -41,6 +41,7 @@ CONTROLS = {"pause": session_pause, "resume": session_resume, "stop": session_st
 def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
     sessions = OptimizationSession.objects.filter(team=membership.team).select_related("created_by")
     page = page_of(request, sessions.order_by("-created_at", "-pk"))
+    page.object_list = with_journals(page.object_list)  # each row shows its tokens
     context = {"section": "sessions", "sessions": page, "page": page,
                "can_run": membership.allows(Permission.RUN)}  # fmt: skip
     return render(request, "runs/session_list.html", context)
