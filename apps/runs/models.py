@@ -10,6 +10,16 @@ from apps.accounts.models import Team
 from apps.memory.models import Journal
 
 
+class SessionQuerySet(models.QuerySet["OptimizationSession"]):
+    def bulk_create(self, objs: Iterable[OptimizationSession], *args: Any,
+                    **kwargs: Any) -> list[OptimizationSession]:  # fmt: skip
+        """Sessions made at once (a test, a seed) get their journals at once too."""
+        with transaction.atomic(using=self.db):
+            made = super().bulk_create(objs, *args, **kwargs)
+            Journal.objects.bulk_create(journal_for(session) for session in made)
+        return made
+
+
 class OptimizationSession(models.Model):
     """One optimization session: the agent's loop over an operator or a suite on a target.
 
@@ -49,6 +59,8 @@ class OptimizationSession(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     journal_read: Journal | None = None  # not a field: a list's journals, read at once
 
+    objects = SessionQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at"]
 
@@ -57,13 +69,12 @@ class OptimizationSession(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """However the session is made (the service, a benchmark, a test), its journal is made
-        with it."""
+        with it (`bulk_create`, which passes save() by, makes them too)."""
         adding = self._state.adding
         with transaction.atomic():
             super().save(*args, **kwargs)
             if adding:
-                Journal.objects.create(id=self.pk, team_id=self.team_id, target=self.target,
-                                       memory_mode=self.memory_mode)  # fmt: skip
+                journal_for(self).save(force_insert=True)
 
     @property
     def journal(self) -> Journal:
@@ -83,6 +94,12 @@ class OptimizationSession(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING, self.Status.STOPPING)
+
+
+def journal_for(session: OptimizationSession) -> Journal:
+    """A new session's journal row, not saved yet: what memory reads of the session."""
+    return Journal(id=session.pk, team_id=session.team_id, target=session.target,
+                   memory_mode=session.memory_mode)  # fmt: skip
 
 
 def with_journals(sessions: Iterable[OptimizationSession]) -> list[OptimizationSession]:

@@ -54,17 +54,20 @@ def events_of(session: OptimizationSession) -> QuerySet[JournalEvent]:
 
 
 def test_a_session_is_made_with_its_journal(team: Team, version: OperatorVersion) -> None:
-    """However it is made (the service, or a bare create as benchmarks and tests do), a session
-    has its journal row under its own id, with what memory reads of it."""
+    """However it is made (the service, a bare create as benchmarks and tests do, or many at
+    once), a session has its journal row under its own id, with what memory reads of it."""
     made = session_create(team=team, user=None, operators=["softmax_rows"], memory_mode="off",
                           start=False)  # fmt: skip
     bare = OptimizationSession.objects.create(team=team, target="cuda", memory_mode="read_only")
-    journals = Journal.objects.filter(pk__in=[made.pk, bare.pk]).order_by("pk")
+    (bulk,) = OptimizationSession.objects.bulk_create([OptimizationSession(team=team)])
+    journals = Journal.objects.filter(pk__in=[made.pk, bare.pk, bulk.pk]).order_by("pk")
     assert list(journals.values("id", "team_id", "target", "memory_mode", "last_seq",
                                 "tokens_used")) == [
         {"id": made.pk, "team_id": team.pk, "target": "cpu-c", "memory_mode": "off",
          "last_seq": 0, "tokens_used": 0},
         {"id": bare.pk, "team_id": team.pk, "target": "cuda", "memory_mode": "read_only",
+         "last_seq": 0, "tokens_used": 0},
+        {"id": bulk.pk, "team_id": team.pk, "target": "", "memory_mode": "read_write",
          "last_seq": 0, "tokens_used": 0},
     ]  # fmt: skip
     note(bare, "first")
