@@ -33,7 +33,7 @@ from apps.accounts.services import (
 )
 from apps.core.errors import Conflict
 from apps.memory.hot import recorded_residents
-from apps.memory.models import MemoryVector, Rule
+from apps.memory.models import JournalEvent, MemoryVector, Rule
 from apps.memory.rules import (
     Wording,
     hot_memory,
@@ -302,7 +302,8 @@ def engineers(member: Callable[[Role | str], User]) -> tuple[User, User]:
 
 
 def journal_kinds(session: OptimizationSession) -> list[str]:
-    return list(session.events.order_by("seq").values_list("kind", flat=True))
+    journal = JournalEvent.objects.filter(session_id=session.pk).order_by("seq")
+    return list(journal.values_list("kind", flat=True))
 
 
 def new_session(team: Team, *, paused: bool = False) -> OptimizationSession:

@@ -212,7 +212,7 @@ def operator_results(session: OptimizationSession, slugs: list[str], mode: str,
                      rounds: int) -> list[OperatorResult]:  # fmt: skip
     finished = {
         e.payload["operator"]: e.payload
-        for e in JournalEvent.objects.filter(session=session, kind="operator_finished")
+        for e in JournalEvent.objects.filter(session_id=session.pk, kind="operator_finished")
     }
     results = []
     for slug in slugs:

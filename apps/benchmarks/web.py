@@ -60,7 +60,7 @@ from apps.accounts.models import Membership, Team
 from apps.accounts.roles import Role
 from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.devices.services import kernel_source_store
-from apps.memory.journal import journal_append
+from apps.memory.journal import journal_append, journal_last_seq
 from apps.operators.builtin_suite import builtin_definition, read_builtin_suite
 from apps.operators.models import OperatorVersion
 from apps.operators.services import version_store
@@ -332,7 +332,7 @@ def seed_session(team: Team, events: int) -> OptimizationSession:
 
 
 def session_length(session_id: int) -> int:
-    return int(OptimizationSession.objects.values_list("last_seq", flat=True).get(pk=session_id))
+    return journal_last_seq(session_id)
 
 
 def iteration_events(

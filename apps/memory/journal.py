@@ -1,4 +1,4 @@
-"""Appending to a session's journal: gapless sequence numbers under the session's row lock.
+"""Appending to a session's journal: gapless sequence numbers under the journal's row lock.
 
 A `case_recorded` event makes its Case in the same transaction, so every Case has its event
 and the forest can always be rebuilt from the journal (`manage.py rebuild_forest`).
@@ -21,9 +21,8 @@ from apps.memory.events import (
     payload_of,
     typed_payload,
 )
-from apps.memory.models import Case, JournalEvent
+from apps.memory.models import Case, Journal, JournalEvent
 from apps.memory.tasks import embed_case_after_commit
-from apps.runs.models import OptimizationSession
 
 
 def journal_append(
@@ -43,15 +42,15 @@ def journal_record(
     """`journal_append`, also saying whether the event is new (False: the step was there)."""
     typed = typed_payload(kind, payload)
     with transaction.atomic():
-        session = OptimizationSession.objects.select_for_update().filter(pk=session_id).first()
-        if session is None:
+        journal = Journal.objects.select_for_update().filter(pk=session_id).first()
+        if journal is None:
             raise NotFound(f"No session {session_id}.")
         if step:
             done = JournalEvent.objects.filter(session_id=session_id, step=step).first()
             if done is not None:
                 return done, False
-        seq = session.last_seq + 1
-        OptimizationSession.objects.filter(pk=session_id).update(last_seq=seq)
+        seq = journal.last_seq + 1
+        Journal.objects.filter(pk=session_id).update(last_seq=seq)
         event = JournalEvent.objects.create(
             session_id=session_id, seq=seq, kind=kind, step=step, payload=payload_of(typed)
         )
@@ -59,13 +58,11 @@ def journal_record(
             case_from_event(event, typed)
             # Only a session that learns turns its attempts into memory (read-only and off
             # sessions write nothing there); a worker embeds it, never this request.
-            if session.memory_mode == "read_write":
+            if journal.memory_mode == "read_write":
                 embed_case_after_commit(event.pk)
         if isinstance(typed, ModelCalled):
             tokens = sum(typed.usage.values())
-            OptimizationSession.objects.filter(pk=session_id).update(
-                tokens_used=F("tokens_used") + tokens
-            )
+            Journal.objects.filter(pk=session_id).update(tokens_used=F("tokens_used") + tokens)
         transaction.on_commit(lambda: publish_event(event))
     return event, True
 
@@ -121,6 +118,16 @@ def case_from_event(event: JournalEvent, record: CaseRecorded | None = None) -> 
         outcome=record.outcome, correct=record.correct, confidence=record.confidence,
         retrieved=record.retrieved, adopted=record.adopted, created_at=event.created_at,
     )  # fmt: skip
+
+
+def journal_last_seq(session_id: int) -> int:
+    """The session's last seq, 0 before its first event (or for no session)."""
+    ends = Journal.objects.filter(pk=session_id).values_list("last_seq", flat=True)
+    return ends.first() or 0
+
+
+def journal_exists(session_id: int) -> bool:
+    return Journal.objects.filter(pk=session_id).exists()
 
 
 def events_since(session_id: int, seq: int) -> QuerySet[JournalEvent]:

@@ -6,18 +6,37 @@ from pgvector.django import HnswIndex, VectorField
 
 from apps.devices.models import KernelSource
 from apps.operators.models import OperatorVersion
-from apps.runs.models import OptimizationSession
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
+
+
+class Journal(models.Model):
+    """A session's journal, under the session's id: what memory knows of the session (its
+    team, target and memory mode, copied when the session is made and never changed) and the
+    counters only appending moves. `last_seq` is the high-water mark, advanced under this row's
+    lock, so sequence numbers are gapless per session without a global serial; `tokens_used`
+    sums the journal's `model_called` usage. The session (in `runs`, above memory) makes this
+    row when it is made; memory never reads the session."""
+
+    id = models.BigIntegerField(primary_key=True)  # the session's id
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    target = models.CharField(max_length=32)
+    memory_mode = models.CharField(max_length=12)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    tokens_used = models.PositiveBigIntegerField(default=0)  # model tokens
+
+    class Meta:
+        ordering = ["-id"]  # newest first, as sessions are listed (and cases were, by session)
+
+    def __str__(self) -> str:
+        return f"journal of session {self.pk}"
 
 
 class JournalEvent(models.Model):
     """One step of a session, appended once. The database refuses UPDATE and DELETE on this
     table (a trigger, migration 0002), so no code path can rewrite history."""
 
-    session = models.ForeignKey(
-        OptimizationSession, on_delete=models.PROTECT, related_name="events"
-    )
+    session = models.ForeignKey(Journal, on_delete=models.PROTECT, related_name="events")
     seq = models.PositiveBigIntegerField()  # 1, 2, 3, ... per session, without gaps
     kind = models.CharField(max_length=40)
     # The loop's idempotency key ("<operator>:<iteration>:<kind>"): a step replayed after a
@@ -57,7 +76,7 @@ class Case(models.Model):
     event = models.OneToOneField(
         JournalEvent, primary_key=True, on_delete=models.PROTECT, related_name="case"
     )  # a case's id is its event's id, which a rebuild keeps
-    session = models.ForeignKey(OptimizationSession, on_delete=models.PROTECT, related_name="cases")
+    session = models.ForeignKey(Journal, on_delete=models.PROTECT, related_name="cases")
     iteration = models.PositiveIntegerField()
     version = models.ForeignKey(OperatorVersion, on_delete=models.PROTECT)
     target = models.CharField(max_length=32)
@@ -116,9 +135,7 @@ class MemoryVector(models.Model):
     shape_class = models.CharField(max_length=32, blank=True)
     correct = models.BooleanField(null=True)
     operator_slug = models.CharField(max_length=64, blank=True)
-    session = models.ForeignKey(
-        OptimizationSession, null=True, blank=True, on_delete=models.CASCADE
-    )
+    session = models.ForeignKey(Journal, null=True, blank=True, on_delete=models.CASCADE)
     iteration = models.PositiveIntegerField(null=True, blank=True)
     downstream_signal = models.FloatField(default=0.0)  # what happened in the successors
     value = models.FloatField(default=0.0)  # ATU's value score V

@@ -27,7 +27,7 @@ def iso(value: datetime | None) -> str | None:
 
 def case_rows(session: OptimizationSession) -> list[dict[str, Any]]:
     cases = (
-        Case.objects.filter(session=session)
+        Case.objects.filter(session_id=session.pk)
         .select_related("version__operator", "source")
         .order_by("iteration", "pk")
     )
@@ -49,7 +49,7 @@ def case_rows(session: OptimizationSession) -> list[dict[str, Any]]:
 
 
 def session_events(session: OptimizationSession, kinds: tuple[str, ...]) -> list[JournalEvent]:
-    return list(JournalEvent.objects.filter(session=session, kind__in=kinds).order_by("seq"))
+    return list(JournalEvent.objects.filter(session_id=session.pk, kind__in=kinds).order_by("seq"))
 
 
 def rules_used(session: OptimizationSession, cases: list[dict[str, Any]],

@@ -20,7 +20,7 @@ from apps.core.pagination import LimitOffset
 from apps.memory.journal import case_of, events_since
 from apps.memory.models import JournalEvent
 from apps.runs.config import Measurement
-from apps.runs.models import OptimizationSession
+from apps.runs.models import OptimizationSession, with_journals
 from apps.runs.services import (
     default_budgets,
     session_create,
@@ -98,9 +98,11 @@ class EventOut(Schema):
 
 def session_out(session: OptimizationSession) -> dict[str, Any]:
     fields = ["label", "status", "status_reason", "target", "policy", "memory_mode", "config",
-              "tokens_used", "last_seq", "created_at", "finished_at"]  # fmt: skip
+              "created_at", "finished_at"]  # fmt: skip
+    journal = session.journal
     return {
         "id": session.pk, **{name: getattr(session, name) for name in fields},
+        "tokens_used": journal.tokens_used, "last_seq": journal.last_seq,
         "rerun_of": session.rerun_of_id,
         "created_by": session.created_by.username if session.created_by else None,
     }  # fmt: skip
@@ -145,7 +147,7 @@ def check_starting_kernels(kernels: dict[str, str]) -> None:
 def list_sessions(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     sessions = OptimizationSession.objects.filter(team=team).select_related("created_by")
-    return [session_out(s) for s in sessions]
+    return [session_out(s) for s in with_journals(sessions)]
 
 
 @router.get("/teams/{slug}/sessions/{session_id}", response=SessionOut)

@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from apps.accounts.models import Membership
 from apps.core.consumers import CLOSE_FORBIDDEN, MembersOnlyConsumer, refuse
 from apps.core.events import session_group
-from apps.memory.journal import session_event
+from apps.memory.journal import journal_last_seq, session_event
 from apps.memory.models import JournalEvent
 from apps.runs.event_text import event_summary
 from apps.runs.models import OptimizationSession
@@ -48,8 +48,7 @@ def events_after(session_id: int, seq: int) -> list[dict[str, Any]]:
 @database_sync_to_async  # type: ignore[untyped-decorator]
 def journal_end(session_id: int) -> int:
     """The session's last seq, 0 before its first event."""
-    ends = OptimizationSession.objects.filter(pk=session_id).values_list("last_seq", flat=True)
-    return ends.first() or 0
+    return journal_last_seq(session_id)
 
 
 def requested_after(query_string: bytes) -> int:

@@ -128,7 +128,7 @@ def unheld_sessions(*, quiet_for: timedelta | None = None) -> dict[int, int]:
     sessions = OptimizationSession.objects.filter(status__in=ACTIVE, ticket__gt=0)
     if quiet_for is not None:
         quiet_since = timezone.now() - quiet_for
-        latest_event = JournalEvent.objects.filter(session=OuterRef("pk")).order_by("-seq")
+        latest_event = JournalEvent.objects.filter(session_id=OuterRef("pk")).order_by("-seq")
         sessions = (
             sessions.filter(created_at__lt=quiet_since)
             .annotate(moved_at=Subquery(latest_event.values("created_at")[:1]))

@@ -23,7 +23,7 @@ from apps.runs.config import Measurement, SessionConfig
 from apps.runs.estimate import duration_text, recent_seconds_per_evaluation, run_estimate
 from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
-from apps.runs.models import OptimizationSession
+from apps.runs.models import OptimizationSession, with_journals
 from apps.runs.services import (
     default_budgets,
     session_create,
@@ -41,6 +41,7 @@ CONTROLS = {"pause": session_pause, "resume": session_resume, "stop": session_st
 def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
     sessions = OptimizationSession.objects.filter(team=membership.team).select_related("created_by")
     page = page_of(request, sessions.order_by("-created_at", "-pk"))
+    page.object_list = with_journals(page.object_list)  # each row shows its tokens
     context = {"section": "sessions", "sessions": page, "page": page,
                "can_run": membership.allows(Permission.RUN)}  # fmt: skip
     return render(request, "runs/session_list.html", context)
@@ -129,7 +130,8 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
         return render(request, "runs/session_detail.html#operators", context)
     if part == "context":
         return render(request, "runs/session_detail.html#context", context_composition(session))
-    events = list(JournalEvent.objects.filter(session=session).order_by("-seq")[:LOG_EVENTS])[::-1]
+    latest = JournalEvent.objects.filter(session_id=session.pk).order_by("-seq")[:LOG_EVENTS]
+    events = list(latest)[::-1]
     chart = latency_chart(session, config, request.GET.get("operator", ""))
     context = {
         "section": "sessions", "session": session, "config": config,
@@ -156,7 +158,7 @@ def latency_chart(
     attempts: dict[str, list[dict[str, Any]]] = {entry.slug: [] for entry in config.operators}
     incumbents = incumbent_cases(session.pk)
     rows = (
-        Case.objects.filter(session=session)
+        Case.objects.filter(session_id=session.pk)
         .order_by("iteration", "pk")
         .values("pk", "iteration", "version_id", "outcome", "correct", "latency_ms",
                 "speedup_vs_parent", "strategy")
@@ -187,7 +189,7 @@ def latency_chart(
 def context_composition(session: OptimizationSession) -> dict[str, Any]:
     """The latest iteration's assembled context: tokens per tier, and each retrieved item with
     whether the policy adopted it and why."""
-    journal = JournalEvent.objects.filter(session=session)
+    journal = JournalEvent.objects.filter(session_id=session.pk)
     assembled = journal.filter(kind="context_assembled").order_by("-seq").first()
     if assembled is None:
         return {"composition": None}
@@ -218,7 +220,7 @@ def percent(part: int, whole: int) -> int:
 def operator_rows(session: OptimizationSession) -> list[dict[str, Any]]:
     """Per operator: where it stands, its incumbent and the incumbent's code."""
     config = SessionConfig.from_json(session.config)
-    journal = JournalEvent.objects.filter(session=session)
+    journal = JournalEvent.objects.filter(session_id=session.pk)
     finished = {e.payload["operator"]: e.payload
                 for e in journal.filter(kind="operator_finished")}  # fmt: skip
     incumbents: dict[str, int] = {}

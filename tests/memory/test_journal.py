@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.db.models import QuerySet
 
 from apps.accounts.models import Team
 from apps.memory.events import PayloadError
 from apps.memory.forest import best_per_branch, children_of, path_to, subtree_json
 from apps.memory.journal import events_since, forest_rebuild, journal_append
-from apps.memory.models import Case, JournalEvent
+from apps.memory.models import Case, Journal, JournalEvent
 from apps.operators.models import OperatorVersion
 from apps.runs.models import OptimizationSession
+from apps.runs.services import session_create
 from tests.factories import stored_builtin
 from tests.processes import ROOT
 from tests.workbench.test_live_events import process_env
@@ -47,13 +49,47 @@ def note(session: OptimizationSession, text: str) -> JournalEvent:
     return journal_append(session_id=session.pk, kind="session_note", payload={"text": text})
 
 
+def events_of(session: OptimizationSession) -> QuerySet[JournalEvent]:
+    return JournalEvent.objects.filter(session_id=session.pk)
+
+
+def test_a_session_is_made_with_its_journal(team: Team, version: OperatorVersion) -> None:
+    """However it is made (the service, a bare create as benchmarks and tests do, or many at
+    once), a session has its journal row under its own id, with what memory reads of it."""
+    made = session_create(team=team, user=None, operators=["softmax_rows"], memory_mode="off",
+                          start=False)  # fmt: skip
+    bare = OptimizationSession.objects.create(team=team, target="cuda", memory_mode="read_only")
+    (bulk,) = OptimizationSession.objects.bulk_create([OptimizationSession(team=team)])
+    journals = Journal.objects.filter(pk__in=[made.pk, bare.pk, bulk.pk]).order_by("pk")
+    assert list(journals.values("id", "team_id", "target", "memory_mode", "last_seq",
+                                "tokens_used")) == [
+        {"id": made.pk, "team_id": team.pk, "target": "cpu-c", "memory_mode": "off",
+         "last_seq": 0, "tokens_used": 0},
+        {"id": bare.pk, "team_id": team.pk, "target": "cuda", "memory_mode": "read_only",
+         "last_seq": 0, "tokens_used": 0},
+        {"id": bulk.pk, "team_id": team.pk, "target": "", "memory_mode": "read_write",
+         "last_seq": 0, "tokens_used": 0},
+    ]  # fmt: skip
+    note(bare, "first")
+    assert (bare.last_seq, made.last_seq) == (1, 0)  # read from the journal, live
+
+
+def test_model_tokens_are_summed_on_the_journal(session: OptimizationSession) -> None:
+    usage = {"input_tokens": 120, "output_tokens": 30}
+    for iteration in (1, 2):
+        journal_append(session_id=session.pk, kind="model_called",
+                       payload={"operator": "relu", "iteration": iteration, "model": "m",
+                                "usage": usage})  # fmt: skip
+    assert (session.tokens_used, session.last_seq) == (300, 2)
+
+
 def test_sequence_numbers_are_gapless_per_session(team: Team, session: OptimizationSession) -> None:
     other = OptimizationSession.objects.create(team=team, target="cpu-c")
     for i in range(3):
         note(session, f"a{i}")
         note(other, f"b{i}")
-    assert [e.seq for e in session.events.all()] == [1, 2, 3]
-    assert [e.seq for e in other.events.all()] == [1, 2, 3]
+    assert [e.seq for e in events_of(session).all()] == [1, 2, 3]
+    assert [e.seq for e in events_of(other).all()] == [1, 2, 3]
     assert [e.payload["text"] for e in events_since(session.pk, 1)] == ["a1", "a2"]
 
 
@@ -90,7 +126,7 @@ def test_a_bad_event_is_refused_and_nothing_is_written(
     with pytest.raises(PayloadError, match=message):
         journal_append(session_id=session.pk, kind=kind, payload=payload)
     session.refresh_from_db()
-    assert session.last_seq == 0 and not session.events.exists()
+    assert session.last_seq == 0 and not events_of(session).exists()
 
 
 def test_a_bad_case_is_refused_and_nothing_is_written(
@@ -144,9 +180,9 @@ def test_two_processes_appending_to_one_session_leave_no_gap(
     ]
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
 
-    seqs = list(session.events.order_by("seq").values_list("seq", flat=True))
+    seqs = list(events_of(session).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, 121))
-    texts = set(session.events.values_list("payload__text", flat=True))
+    texts = set(events_of(session).values_list("payload__text", flat=True))
     assert texts == {f"{w}{i}" for w in "ab" for i in range(60)}
     session.refresh_from_db()
     assert session.last_seq == 120

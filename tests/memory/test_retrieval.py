@@ -60,8 +60,10 @@ def record_case(
     session: OptimizationSession, version: OperatorVersion, iteration: int, **fields: Any
 ) -> Case:
     """A case as the journal would record it: its journal event first, then the case."""
-    seq = JournalEvent.objects.filter(session=session).count() + 1
-    event = JournalEvent.objects.create(session=session, seq=seq, kind="case_recorded", payload={})
+    seq = JournalEvent.objects.filter(session_id=session.pk).count() + 1
+    event = JournalEvent.objects.create(
+        session_id=session.pk, seq=seq, kind="case_recorded", payload={}
+    )
     defaults: dict[str, Any] = {
         "strategy": "baseline",
         "outcome": Case.Outcome.IMPROVED,
@@ -70,7 +72,7 @@ def record_case(
         "created_at": timezone.now(),
     }
     return Case.objects.create(
-        event=event, session=session, version=version, iteration=iteration,
+        event=event, session_id=session.pk, version=version, iteration=iteration,
         **(defaults | fields),
     )  # fmt: skip
 
@@ -411,7 +413,7 @@ def test_retrieval_can_leave_out_a_session_and_kinds_and_stops_at_the_limit(
     q = embed([QUERY_TEXT])[0]
     for n in range(6):
         shared_vector(f"case:{n}", vector_at_similarity(q, 0.5 + n / 20, n))
-    shared_vector("case:this-session", [float(x) for x in q], session=session)
+    shared_vector("case:this-session", [float(x) for x in q], session_id=session.pk)
     shared_vector("rule:1", [float(x) for x in q], kind="rule")
 
     keys = [h.key for h in retrieve(query_for(team, kinds=("case",), limit=3,

@@ -75,7 +75,7 @@ def test_a_secret_that_reached_the_journal_is_redacted_from_the_report(
 ) -> None:
     settings.ANTHROPIC_API_KEY = SECRET
     session = journal_session(team, best={"gemm": 5.0})
-    Case.objects.filter(session=session, iteration=1).update(strategy=f"tile, key {SECRET}")
+    Case.objects.filter(session_id=session.pk, iteration=1).update(strategy=f"tile, key {SECRET}")
     text = json.dumps(session_report(session))
     assert SECRET not in text and "tile, key [redacted]" in text
 

@@ -43,8 +43,8 @@ def test_a_report_of_a_real_session_holds_the_numbers_in_the_database(
 ) -> None:
     settings.ANTHROPIC_API_KEY = SECRET  # a key is set, and no format may carry it
     session = real_session(team)
-    cases = list(Case.objects.filter(session=session).order_by("iteration"))
-    finished = JournalEvent.objects.get(session=session, kind="operator_finished").payload
+    cases = list(Case.objects.filter(session_id=session.pk).order_by("iteration"))
+    finished = JournalEvent.objects.get(session_id=session.pk, kind="operator_finished").payload
     best = Case.objects.get(pk=finished["best_case_id"])
     data = session_report(session)
     files = {fmt: render(data, fmt) for fmt in ("json", "md", "csv", "html", "pdf")}
@@ -55,7 +55,7 @@ def test_a_report_of_a_real_session_holds_the_numbers_in_the_database(
     assert [(c["id"], c["latency_ms"], c["outcome"], c["correct"]) for c in s["cases"]] == [
         (c.pk, c.latency_ms, c.outcome, c.correct) for c in cases
     ]
-    replaced = JournalEvent.objects.filter(session=session, kind="incumbent_replaced")
+    replaced = JournalEvent.objects.filter(session_id=session.pk, kind="incumbent_replaced")
     assert {c["id"] for c in s["cases"] if c["new_incumbent"]} == {
         e.payload["case_id"] for e in replaced} >= {best.pk}  # fmt: skip
     row = s["operators"][0]

@@ -30,7 +30,7 @@ def test_a_secret_of_four_to_seven_characters_is_redacted_from_a_report(
     settings.KOPE_ADMIN_PASSWORD = SHORT
     settings.ANTHROPIC_API_KEY = "kope"  # 4 characters: the shortest redacted
     session = journal_session(team, best={"gemm": 5.0})
-    Case.objects.filter(session=session, iteration=1).update(strategy=f"{SHORT} kope tile")
+    Case.objects.filter(session_id=session.pk, iteration=1).update(strategy=f"{SHORT} kope tile")
 
     text = json.dumps(session_report(session))
 
@@ -60,7 +60,7 @@ def test_a_secret_under_four_characters_is_left_as_it_would_mangle_ordinary_text
 ) -> None:
     settings.KOPE_ADMIN_PASSWORD = "ab1"
     session = journal_session(team, best={"gemm": 5.0})
-    Case.objects.filter(session=session, iteration=1).update(strategy="tile ab1")
+    Case.objects.filter(session_id=session.pk, iteration=1).update(strategy="tile ab1")
 
     assert "tile ab1" in json.dumps(session_report(session))
 
@@ -104,7 +104,7 @@ def test_a_password_that_is_part_of_a_field_name_leaves_every_format_whole(
     password inside them broke every renderer that reads them (a KeyError, the export failed)."""
     settings.KOPE_ADMIN_PASSWORD = password
     session = journal_session(team, best={"gemm": 5.0})
-    Case.objects.filter(session=session, iteration=1).update(strategy=f"tile {password}!")
+    Case.objects.filter(session_id=session.pk, iteration=1).update(strategy=f"tile {password}!")
     data = session_report(session)
 
     for fmt in ("json", "md", "csv", "html", "pdf"):

@@ -50,7 +50,7 @@ def test_a_suite_run_proposes_rules_and_an_approved_one_enters_the_next_sessions
     assert version.evidence["source"] == rule.source_key
     assert len(version.evidence["operators"]) >= 3 and source.adoptions >= 3 and source.value > 0
     assert version.evidence["measured"]["speedup_vs_parent"] > 1
-    proposed = JournalEvent.objects.filter(session=suite_run, kind="rule_proposed")
+    proposed = JournalEvent.objects.filter(session_id=suite_run.pk, kind="rule_proposed")
     assert rule.pk in {e.payload["rule_id"] for e in proposed}
 
     rule_approve(rule=rule, user=reviewer.user, version_number=version.number)
@@ -58,7 +58,7 @@ def test_a_suite_run_proposes_rules_and_an_approved_one_enters_the_next_sessions
                                       measurement=FAST, budgets=Budgets(rounds=2),
                                       start=False))  # fmt: skip
 
-    context = JournalEvent.objects.get(session=next_session, kind="context_assembled")
+    context = JournalEvent.objects.get(session_id=next_session.pk, kind="context_assembled")
     assert f"rule:{rule.pk}" in context.payload["hot_rules"]
     assert f"rule:{rule.pk}" in context.payload["admitted"]
     assert context.payload["tokens_per_tier"]["hot"] > version.tokens

@@ -119,14 +119,13 @@ def test_a_policy_s_one_megabyte_strategy_name_is_recorded_cut_and_the_session_g
     session.refresh_from_db()
 
     assert session.status == "finished", session.status_reason
-    case = Case.objects.get(session=session, iteration=1)
+    case = Case.objects.get(session_id=session.pk, iteration=1)
     assert case.strategy == bounded_strategy(ONE_MEGABYTE_STRATEGY) and case.correct
-    proposed = JournalEvent.objects.get(session=session, kind="candidate_proposed",
+    proposed = JournalEvent.objects.get(session_id=session.pk, kind="candidate_proposed",
                                         payload__iteration=1)  # fmt: skip
     assert proposed.payload["strategy"] == case.strategy
-    assert max(len(json.dumps(e.payload)) for e in JournalEvent.objects.filter(session=session)) < (
-        100_000
-    )
+    journal = JournalEvent.objects.filter(session_id=session.pk)
+    assert max(len(json.dumps(e.payload)) for e in journal) < 100_000
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
@@ -30,6 +32,38 @@ def test_events_since_a_seq_come_in_order_and_in_pages(
     assert page["count"] == 3
     assert [(e["seq"], e["payload"]["text"]) for e in page["items"]] == [(3, "n2"), (4, "n3")]
     assert {"seq", "kind", "payload", "at", "case"} == set(page["items"][0])
+
+
+def test_sessions_are_listed_with_their_journal_s_counters_in_a_fixed_number_of_queries(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    """`last_seq` and `tokens_used` live on the session's journal row (issue 50): the API and
+    the sessions page read them from there, all of a list's at once."""
+    stored_builtin("relu")
+    client = client_for(Role.VIEWER)
+    url = f"/api/teams/{team.slug}/sessions"
+
+    def listed() -> tuple[dict[int, tuple[int, int]], int, int]:
+        with CaptureQueriesContext(connection) as api:
+            items = client.get(url, {"limit": 100}).json()["items"]
+        with CaptureQueriesContext(connection) as page:
+            assert client.get(f"/t/{team.slug}/sessions/").status_code == 200
+        counters = {s["id"]: (s["last_seq"], s["tokens_used"]) for s in items}
+        return counters, len(api), len(page)
+
+    first = session_create(team=team, user=None, operators=["relu"], start=False)
+    called = {"operator": "relu", "iteration": 1, "model": "m", "usage": {"input_tokens": 40}}
+    journal_append(session_id=first.pk, kind="model_called", payload=called)
+    counters, api_queries, page_queries = listed()
+    assert counters == {first.pk: (1, 40)}
+
+    more = [session_create(team=team, user=None, operators=["relu"], start=False)
+            for _ in range(3)]  # fmt: skip
+    journal_append(session_id=more[0].pk, kind="session_note", payload={"text": "n"})
+    counters, *queries = listed()
+    assert counters == {first.pk: (1, 40), more[0].pk: (1, 0), more[1].pk: (0, 0),
+                        more[2].pk: (0, 0)}  # fmt: skip
+    assert queries == [api_queries, page_queries]
 
 
 def test_a_case_recorded_event_names_its_case(

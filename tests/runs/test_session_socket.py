@@ -112,7 +112,8 @@ def test_a_recorded_case_comes_with_its_id_from_the_journal_and_live(
 
     assert seen == [("session_note", None), ("case_recorded", recorded[0]),
                     ("case_recorded", recorded[1])]  # fmt: skip
-    assert set(Case.objects.filter(session=session).values_list("pk", flat=True)) == set(recorded)
+    cases = Case.objects.filter(session_id=session.pk)
+    assert set(cases.values_list("pk", flat=True)) == set(recorded)
 
 
 def test_another_teams_session_cannot_be_watched(transactional_db: None) -> None:
