@@ -1,13 +1,17 @@
-"""`manage.py bench kernels`: the offline policy over the built-in suite, memory on and off.
+"""`manage.py bench kernels`: the offline policy over the built-in suite, and what memory does
+for it, as three figures measured in one run (see apps/benchmarks/learning.py for two of them).
 
-Two sessions run one after the other in a fresh team, in this process (evaluations use the
-same sandboxed pipeline as the device workers; only the queue is skipped): first with memory
-read-write, then with memory off. Per operator it reports the naive starting kernel's latency,
-the best kernel's latency, the speedup over the naive start (SAGE's self-acceleration), the
-speedup over PyTorch eager (the evaluator times both alternately on the same inputs), whether
-it beats PyTorch, the rounds used, and the round that made the best kernel (where both modes
-end on the same kernel, what memory saved is rounds). The memory effect is the geometric mean
-over operators of best latency with memory off / with memory on (> 1: memory helped).
+1. Learning (`memory_effect`): a blank-prior offline policy without memory and with memory
+   written by an earlier run over the other operator families (leave-one-family-out).
+2. The default policy (`memory_effect_default`): with its written-in prior, memory read-write
+   and then off, one session after the other in a fresh team. Per operator it reports the naive
+   starting kernel's latency, the best kernel's latency, the speedup over the naive start
+   (SAGE's self-acceleration), the speedup over PyTorch eager (the evaluator times both
+   alternately on the same inputs), whether it beats PyTorch, the rounds used, and the round
+   that made the best kernel. Its memory effect is the geometric mean over operators of best
+   latency with memory off / with memory on (> 1: memory helped).
+3. Search saved (`rounds_saved_ratio`): the default policy a second time in the same team, with
+   the first read-write run's memory: rounds to reach the first run's best kernel.
 
 Every ratio it reports is measured side by side: at the end each pair of kernels (best over
 start per mode, best with memory on over best with memory off) is timed again in one process,
@@ -27,68 +31,43 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import logging
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.utils import timezone
 
-from apps.accounts.models import Team
 from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
-from apps.devices.evaluator import EvalSettings
+from apps.benchmarks.learning import learning_figure, search_saved
+from apps.benchmarks.sessions import (
+    KernelsOptions,
+    OperatorResult,
+    bench_team,
+    best_case,
+    first_case,
+    geomean,
+    latency_ratio,
+    mean_of,
+    operator_results,
+    ratio_of,
+    run_session,
+    same_kernel,
+    side_by_side,
+)
 from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
-from apps.memory.models import Case, JournalEvent
-from apps.operators.models import OperatorVersion, Suite
+from apps.memory.models import Case
+from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
-from apps.runs.candidates import candidate_of_case
-from apps.runs.config import Budgets, Measurement
-from apps.runs.evaluators import Evaluate, baseline_settings, evaluate_here_since, timed_kernel
-from apps.runs.loop import advance
+from apps.runs.evaluators import evaluate_here_since
 from apps.runs.models import OptimizationSession
-from apps.runs.policies import policy_for
-from apps.runs.recording import replaces_incumbent
-from apps.runs.services import session_create
 
 MODES = ("read_write", "off")
-
-
-@dataclass(frozen=True)
-class KernelsOptions:
-    operators: list[str] | None = None  # None: the whole built-in suite, in its order
-    rounds: int = 30
-    repeats: int = 30  # timed calls per evaluation (the sessions' default is 100)
-    seeds: int = 1  # input seeds per test case (sessions default to 3)
-    out_dir: Path | None = None
-    team: str | None = None  # a team's slug: memory on reads what that team already knows
-
-
-@dataclass(frozen=True)
-class OperatorResult:
-    operator: str
-    mode: str
-    correct: bool
-    start_ms: float | None
-    best_ms: float | None
-    speedup_vs_naive: float | None
-    speedup_vs_reference: float | None
-    beats_reference: bool
-    rounds_used: int
-    rounds_to_best: int | None  # the iteration that made the best kernel; 0: the start itself
-    best_strategy_chain: str
-    stop_reason: str
-    # the incumbent's latency after round 1, 2, ...; only the benchmark reads it (a report's
-    # rows leave it empty)
-    best_ms_by_round: list[float | None] = field(default_factory=list)
 
 
 def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[str, Any]:
@@ -116,6 +95,18 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     steal["side_by_side"] = steal_share(ticks, cpu_ticks())
     host["after_side_by_side"] = parallel_speedup()
     report = summary(results, paired, same_best_kernels(sessions, slugs), slugs)
+    ticks = cpu_ticks()
+    again = run_session(team, slugs, "read_write", kernels, options.progress, since)
+    sessions["read_write_again"] = again.pk
+    saved = search_saved(sessions["read_write"], again.pk, slugs, kernels.rounds)
+    steal["second_run"] = steal_share(ticks, cpu_ticks())
+    ticks = cpu_ticks()
+    learning = learning_figure(slugs=slugs, families=families_of(suite), kernels=kernels,
+                               progress=options.progress, since=since)  # fmt: skip
+    steal["learning"] = steal_share(ticks, cpu_ticks())
+    host["after_learning"] = parallel_speedup()
+    report.update(memory_effect=learning["memory_effect"], learning=learning,
+                  rounds_saved_ratio=saved["rounds_saved_ratio"], search_saved=saved)  # fmt: skip
     report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1},
                   host_steal_share=steal)  # fmt: skip
     report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
@@ -125,16 +116,9 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     return report
 
 
-def bench_team(slug: str | None) -> Team:
-    """A fresh team, so memory on starts from nothing, or the named one, so memory on starts
-    from what that team's sessions recorded (KOPE's setting: memory from earlier runs)."""
-    if slug is None:
-        return Team.objects.create(name=f"bench kernels {timezone.now():%Y-%m-%d %H:%M:%S}",
-                                   slug=f"bench-kernels-{time.time_ns()}")  # fmt: skip
-    team = Team.objects.filter(slug=slug).first()
-    if team is None:
-        raise BenchmarkError(f"--team {slug}: no team has that slug")
-    return team
+def families_of(suite: Suite) -> dict[str, str]:
+    entries = suite.entries.select_related("operator")
+    return {entry.operator.slug: entry.operator.family for entry in entries}
 
 
 def suite_slugs(suite: Suite) -> list[str]:
@@ -143,127 +127,6 @@ def suite_slugs(suite: Suite) -> list[str]:
 
 def default_out_dir() -> Path:
     return Path(settings.DATA_DIR) / "bench"
-
-
-def run_session(
-    team: Team,
-    slugs: list[str],
-    mode: str,
-    kernels: KernelsOptions,
-    progress: Callable[[str], None],
-    since: datetime,
-) -> OptimizationSession:
-    session = session_create(
-        team=team, user=None, operators=slugs, memory_mode=mode, start=False,
-        label=f"bench kernels, memory {mode}",
-        budgets=Budgets(rounds=kernels.rounds, plateau=kernels.rounds),
-        measurement=Measurement(seeds=kernels.seeds, warmup=3, repeats=kernels.repeats),
-    )  # fmt: skip
-    # Verdicts from before this run are measured again; within the run, the same kernel
-    # with memory on and off shares one measurement (a paired comparison).
-    evaluate = evaluate_here_since(since)
-    shown = ""
-    with tasks_run_here():
-        while advance(session.pk, evaluate=evaluate, policy_for=policy_for):
-            # An advance that closes an operator records no case: nothing new to show.
-            if (line := iteration_line(session.pk)) != shown:
-                progress(f"memory {mode}: {line}")
-                shown = line
-    session.refresh_from_db()
-    if session.status != OptimizationSession.Status.FINISHED:
-        raise BenchmarkError(f"session {session.pk} ended {session.status}: "
-                             f"{session.status_reason}")  # fmt: skip
-    return session
-
-
-@contextmanager
-def tasks_run_here() -> Iterator[None]:
-    """Celery tasks the loop sends (case embeddings) run in this process, without a line on
-    stderr for each: the benchmark's progress lines are the ones to read."""
-    conf, trace_log = current_app.conf, logging.getLogger("celery.app.trace")
-    eager, level = conf.task_always_eager, trace_log.level
-    conf.task_always_eager = True
-    trace_log.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        conf.task_always_eager = eager
-        trace_log.setLevel(level)
-
-
-def iteration_line(session_id: int) -> str:
-    last = (
-        JournalEvent.objects.filter(session_id=session_id, kind="case_recorded")
-        .order_by("-seq")
-        .first()
-    )
-    if last is None:
-        return "starting"
-    p = last.payload
-    slug = OperatorVersion.objects.filter(pk=p["version_id"]).values_list(
-        "operator__slug", flat=True
-    )
-    latency = f"{p['latency_ms']:.2f} ms" if p.get("latency_ms") else "-"
-    return (f"{slug.first()} iteration {p['iteration']} {p['strategy'][:40]} -> "
-            f"{p['outcome']} {latency}")  # fmt: skip
-
-
-def operator_results(session: OptimizationSession, slugs: list[str], mode: str,
-                     rounds: int) -> list[OperatorResult]:  # fmt: skip
-    finished = {
-        e.payload["operator"]: e.payload
-        for e in JournalEvent.objects.filter(session_id=session.pk, kind="operator_finished")
-    }
-    results = []
-    for slug in slugs:
-        p = finished.get(slug)
-        if p is None:
-            raise BenchmarkError(f"{slug} did not finish in session {session.pk}")
-        best_ref = p["speedup_vs_reference"]
-        best = Case.objects.filter(pk=p["best_case_id"]).first() if p["best_case_id"] else None
-        results.append(OperatorResult(
-            operator=slug, mode=mode, correct=p["best_case_id"] is not None,
-            start_ms=p["start_latency_ms"], best_ms=p["best_latency_ms"],
-            speedup_vs_naive=p["speedup_vs_start"], speedup_vs_reference=best_ref,
-            beats_reference=bool(best_ref and best_ref > 1.0), rounds_used=p["rounds_used"],
-            rounds_to_best=best.iteration if best else None,
-            best_ms_by_round=incumbent_latencies(session.pk, slug, rounds),
-            best_strategy_chain=strategy_chain(best),
-            stop_reason=p["reason"],
-        ))  # fmt: skip
-    return results
-
-
-def incumbent_latencies(session_id: int, slug: str, rounds: int) -> list[float | None]:
-    """The incumbent's latency after each round, 1 to `rounds`, as the session judged it: the
-    first correct kernel, then each one judged faster than its parent. Past the rounds an
-    operator used, its final best."""
-    cases = Case.objects.filter(session_id=session_id, version__operator__slug=slug)
-    incumbent, latencies = None, []
-    by_round = iter(cases.order_by("iteration", "pk"))
-    pending = next(by_round, None)
-    for round_number in range(1, rounds + 1):
-        while pending is not None and pending.iteration <= round_number:
-            if replaces_incumbent(pending, incumbent):
-                incumbent = pending
-            pending = next(by_round, None)
-        latencies.append(incumbent.latency_ms if incumbent else None)
-    return latencies
-
-
-def strategy_chain(best: Case | None) -> str:
-    """The strategies from the best case back to the start ("a <- b")."""
-    chain = []
-    case = best
-    while case is not None and case.parent_id is not None:
-        chain.append(case.strategy)
-        case = case.parent
-    return " <- ".join(chain) or "(the start)"
-
-
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
 def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
@@ -279,15 +142,6 @@ def mode_summary(results: list[OperatorResult]) -> dict[str, Any]:
         "rounds_used": sum(r.rounds_used for r in results),
         "mean_rounds_to_best": mean_of(r.rounds_to_best for r in results),
     }
-
-
-def latency_ratio(off: OperatorResult, on: OperatorResult) -> float | None:
-    """Best latency with memory off / with memory on (> 1: memory helped)."""
-    return ratio_of(off.best_ms, on.best_ms)
-
-
-def ratio_of(off_ms: float | None, on_ms: float | None) -> float | None:
-    return off_ms / on_ms if off_ms and on_ms else None
 
 
 Ratios = dict[str, dict[str, float | None]]  # per operator: "on", "off", "memory"
@@ -320,9 +174,9 @@ def summary(results: dict[str, list[OperatorResult]], paired: Ratios, same: dict
         "operators": operators,
         "memory_on": mode_figures(list(on_beside.values()), results["read_write"]),
         "memory_off": mode_figures(list(off_beside.values()), results["off"]),
-        "memory_effect": geomean([memory[s] or 0 for s in slugs]),
-        "memory_effect_as_recorded": geomean([recorded_memory[s] or 0 for s in slugs]),
-        "memory_effect_by_round": memory_effect_by_round(on, off, slugs),
+        "memory_effect_default": geomean([memory[s] or 0 for s in slugs]),
+        "memory_effect_default_as_recorded": geomean([recorded_memory[s] or 0 for s in slugs]),
+        "memory_effect_default_by_round": memory_effect_by_round(on, off, slugs),
         "operators_with_the_same_best_kernel": sum(same[s] for s in slugs),
         "side_by_side_consistency": consistency([row["side_by_side_disagreement"]
                                                  for row in operators], slugs),
@@ -423,49 +277,6 @@ def same_best_kernels(sessions: dict[str, int], slugs: list[str]) -> dict[str, b
                               best_case(sessions["off"], slug)) for slug in slugs}  # fmt: skip
 
 
-def same_kernel(case: Case | None, other: Case | None) -> bool:
-    if case is None or other is None:
-        return False
-    return candidate_of_case(case).kernel_key == candidate_of_case(other).kernel_key
-
-
-def first_case(session_id: int, slug: str) -> Case | None:
-    return (Case.objects.filter(session_id=session_id, version__operator__slug=slug)
-            .order_by("iteration").first())  # fmt: skip
-
-
-def best_case(session_id: int, slug: str) -> Case | None:
-    finished = JournalEvent.objects.get(session_id=session_id, kind="operator_finished",
-                                        payload__operator=slug)  # fmt: skip
-    best = finished.payload["best_case_id"]
-    return Case.objects.filter(pk=best).first() if best else None
-
-
-def side_by_side(evaluate: Evaluate, session: OptimizationSession, kernels: KernelsOptions,
-                 case: Case | None, baseline: Case | None) -> float | None:  # fmt: skip
-    """How many times faster `case`'s kernel ran than `baseline`'s, in one process; None when
-    either has no correct, timed kernel or one process cannot run both as they ran."""
-    if not timed_kernel(case) or not timed_kernel(baseline):
-        return None
-    assert case is not None and baseline is not None
-    kernel, other = candidate_of_case(case), candidate_of_case(baseline)
-    if kernel.kernel_key == other.kernel_key:
-        return 1.0
-    beside = baseline_settings(kernel, baseline, other)
-    if not beside:
-        return None
-    options = EvalSettings(seeds=kernels.seeds, warmup=3, repeats=kernels.repeats,
-                           threads=kernel.threads, extra_flags=tuple(kernel.flags),
-                           **beside)  # fmt: skip
-    verdict = evaluate(case.version, kernel, options, session).verdict or {}
-    return (verdict.get("timed") or {}).get("vs_baseline")
-
-
-def mean_of(values: Iterable[float | None]) -> float | None:
-    known = [value for value in values if value is not None]
-    return statistics.fmean(known) if known else None
-
-
 # --- tables ------------------------------------------------------------------------------------
 
 COLUMNS = ("operator", "correct", "start_ms", "best_ms", "speedup_vs_naive",
@@ -524,13 +335,15 @@ def markdown_table(report: dict[str, Any]) -> str:
     ):
         lines.append(f"| {key} | {fmt(report['memory_on'][key])} "
                      f"| {fmt(report['memory_off'][key])} |")  # fmt: skip
-    lines.append(f"\nmemory effect (geomean best latency off / on): "
-                 f"{fmt(report['memory_effect'])}")  # fmt: skip
+    lines.append(f"\nmemory effect of the default policy (geomean best latency off / on): "
+                 f"{fmt(report['memory_effect_default'])}")  # fmt: skip
     lines.append(f"both modes ended on the same kernel (source, flags, threads) for "
                  f"{report['operators_with_the_same_best_kernel']} of {len(report['operators'])} "
                  "operators: there memory can only have saved rounds (best at)")  # fmt: skip
     lines.append(consistency_line(report["side_by_side_consistency"]))
     lines += ["", *recorded_table(report)]
+    if "learning" in report:
+        lines += ["", *learning_table(report["learning"]), "", search_saved_line(report)]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
     if "host_steal_share" in report:
@@ -587,7 +400,7 @@ def recorded_table(report: dict[str, Any]) -> list[str]:
                      f"| {fmt(row['memory_off']['speedup_vs_naive_as_recorded'])} "
                      f"| {fmt(row['memory_ratio_as_recorded'])} |")  # fmt: skip
     on, off = report["memory_on"]["as_recorded"], report["memory_off"]["as_recorded"]
-    effects = enumerate(report["memory_effect_by_round"], 1)
+    effects = enumerate(report["memory_effect_default_by_round"], 1)
     by_round = ", ".join(f"{k}: {fmt(effect)}" for k, effect in effects)
     return [
         *lines,
@@ -596,9 +409,44 @@ def recorded_table(report: dict[str, Any]) -> list[str]:
         f"{fmt(off['median_self_acceleration'])} (off); geomean x naive: "
         f"{fmt(on['geomean_speedup_vs_naive'])} (on), "
         f"{fmt(off['geomean_speedup_vs_naive'])} (off); memory effect: "
-        f"{fmt(report['memory_effect_as_recorded'])}",
+        f"{fmt(report['memory_effect_default_as_recorded'])}",
         f"memory effect had the sessions stopped after round k (k: effect): {by_round}",
     ]
+
+
+def learning_table(learning: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Learning: {learning['setting']}.",
+        "",
+        "| operator | family | best ms (no memory) | best ms (other families' memory) "
+        "| off/on | best at (off) | best at (on) | proposals adopting memory |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in learning["operators"]:
+        lines.append(
+            f"| {row['operator']} | {row['family']} | {fmt(row['best_ms_off'], 3)} "
+            f"| {fmt(row['best_ms_on'], 3)} | {fmt(row['memory_ratio'])} "
+            f"| {fmt(row['rounds_to_best_off'])} | {fmt(row['rounds_to_best_on'])} "
+            f"| {fmt_share(row['share_of_proposals_adopting_memory'])} |"
+        )
+    return [
+        *lines,
+        "",
+        f"memory effect, learning (geomean best latency off / on, side by side): "
+        f"{fmt(learning['memory_effect'])} ({learning['operators_improved']} operators faster "
+        f"with memory, {learning['operators_worse']} slower, by more than 5%)",
+    ]
+
+
+def search_saved_line(report: dict[str, Any]) -> str:
+    saved = report["search_saved"]
+    return (
+        f"search saved: the default policy's second run, with the first's memory, reached the "
+        f"first run's best kernel in {saved['rounds_second_run']} rounds against "
+        f"{saved['rounds_first_run']} over {saved['operators_compared']} operators "
+        f"({saved['operators_not_reached']} not reached): rounds_saved_ratio "
+        f"{fmt(saved['rounds_saved_ratio'])}"
+    )
 
 
 def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:

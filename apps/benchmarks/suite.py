@@ -27,13 +27,12 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
-from apps.benchmarks.kernels import (
+from apps.benchmarks.kernels import fmt, mode_summary
+from apps.benchmarks.sessions import (
     KernelsOptions,
     OperatorResult,
     best_case,
     first_case,
-    fmt,
-    mode_summary,
     operator_results,
     run_session,
     side_by_side,

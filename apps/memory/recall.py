@@ -31,16 +31,23 @@ class Recalled:
 
 
 def recall(*, team: Team, session_id: int, version: OperatorVersion, target: str,
-           incumbent: Case | None, mode: MemoryMode) -> Recalled:  # fmt: skip
-    """Nothing when the session runs without memory."""
+           incumbent: Case | None, mode: MemoryMode,
+           other_families_only: bool = False) -> Recalled:  # fmt: skip
+    """Nothing when the session runs without memory. `other_families_only`: only what earlier
+    sessions recorded on other operator families (leave-one-family-out), so no operator is
+    shown its own cases, nor a case of its family or of this session."""
     if mode == MemoryMode.OFF:
         return Recalled()
     rules = hot_rules(team)
     resident = {r["key"] for r in rules}
-    first = measured_from(incumbent, team_id=team.pk, version_id=version.pk, target=target,
-                          session_id=session_id)  # fmt: skip
+    first = () if other_families_only else measured_from(
+        incumbent, team_id=team.pk, version_id=version.pk, target=target, session_id=session_id
+    )  # fmt: skip
+    held_out = version.operator.family if other_families_only else None
     query = Query(text=query_text(version, incumbent), team_id=team.pk, target=target,
-                  kinds=("case", "rule"), limit=RETRIEVAL_LIMIT, first=first)  # fmt: skip
+                  kinds=("case", "rule"), limit=RETRIEVAL_LIMIT, first=first,
+                  exclude_family=held_out,
+                  exclude_session_id=session_id if other_families_only else None)  # fmt: skip
     # No family filter: the family is in the query text, and a lesson from another family
     # (a loop order, a thread count) often carries over.
     hits = [h for h in retrieve(query) if h.key not in resident]

@@ -274,6 +274,7 @@ class Query:
     kinds: tuple[str, ...] = ("case", "rule", "document")
     limit: int = 20
     exclude_session_id: int | None = None
+    exclude_family: str | None = None  # leave-one-family-out: none of this family's items
     # keys of items that come first, in this order, whatever their similarity (at most half
     # the limit): what an earlier session measured on the very kernel being changed
     first: tuple[str, ...] = ()
@@ -389,6 +390,8 @@ def filtered_items(query: Query) -> QuerySet[MemoryVector]:
         items = items.exclude(Q(kind="rule") & ~Q(key__in=approved_rule_keys()))
     if query.exclude_session_id is not None:
         items = items.exclude(session_id=query.exclude_session_id)
+    if query.exclude_family is not None:
+        items = items.exclude(family=query.exclude_family)
     return items
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from apps.benchmarks.kernels import OperatorResult, geomean, latency_ratio, mode_summary
+from apps.benchmarks.kernels import mode_summary
+from apps.benchmarks.sessions import OperatorResult, geomean, latency_ratio
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,13 @@ from apps.devices.evaluator import EVAL_BOUNDS
 from apps.memory.values import MemoryMode
 
 POLICIES = ("offline", "claude")
+# The offline policy's written-in knowledge (its strategy order, its cost-model checks, its
+# preferred parameters), or none of it: a blank prior learns only from memory, the setting in
+# which `bench kernels` measures what memory teaches.
+OFFLINE_PRIORS = ("written-in", "blank")
+# What an iteration may recall: all of the team's memory, or only what earlier sessions
+# recorded on other operator families (leave-one-family-out: no operator sees its own cases).
+MEMORY_SCOPES = ("team", "other-families")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,6 +67,8 @@ class SessionConfig:
     operators: list[OperatorEntry]
     model: str = ""
     seed: int = 0
+    offline_prior: str = "written-in"
+    memory_scope: str = "team"
     budgets: Budgets = field(default_factory=Budgets)
     measurement: Measurement = field(default_factory=Measurement)
     suite: dict[str, Any] | None = None  # {"id", "slug", "name"} when run from a suite
@@ -71,6 +80,15 @@ class SessionConfig:
         if self.memory_mode not in {m.value for m in MemoryMode}:
             modes = ", ".join(m.value for m in MemoryMode)
             raise DomainError(f"memory mode {self.memory_mode!r} is not one of {modes}")
+        if self.offline_prior not in OFFLINE_PRIORS:
+            raise DomainError(f"offline prior {self.offline_prior!r} is not one of "
+                              f"{', '.join(OFFLINE_PRIORS)}")  # fmt: skip
+        if self.offline_prior != "written-in" and self.policy != "offline":
+            raise DomainError(f"only the offline policy has a prior to leave blank, not "
+                              f"{self.policy}")  # fmt: skip
+        if self.memory_scope not in MEMORY_SCOPES:
+            raise DomainError(f"memory scope {self.memory_scope!r} is not one of "
+                              f"{', '.join(MEMORY_SCOPES)}")  # fmt: skip
         if not self.operators:
             raise DomainError("a session needs at least one operator")
         self.budgets.check()

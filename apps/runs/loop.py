@@ -269,7 +269,8 @@ class Iteration:
         config, incumbent, cases = self.config, self.progress.incumbent, self.progress.cases
         recalled = recall(team=self.session.team, session_id=self.session.pk,
                           version=self.version, target=config.target, incumbent=incumbent,
-                          mode=self.mode)  # fmt: skip
+                          mode=self.mode,
+                          other_families_only=config.memory_scope == "other-families")  # fmt: skip
         assembled = assemble_context(
             session_id=self.session.pk, team_id=self.session.team_id, target=config.target,
             operator=brief_of(self.version), iteration=self.n,

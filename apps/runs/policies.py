@@ -13,4 +13,4 @@ def policy_for(session: OptimizationSession, config: SessionConfig) -> Policy:
         from apps.agents.claude.policy import ClaudePolicy
 
         return ClaudePolicy.from_settings(model=config.model)
-    return OfflineSearchPolicy()
+    return OfflineSearchPolicy(blank_prior=config.offline_prior == "blank")

@@ -65,6 +65,8 @@ def session_create(
     model: str = "",
     memory_mode: str = "read_write",
     seed: int = 0,
+    offline_prior: str = "written-in",
+    memory_scope: str = "team",
     budgets: Budgets | None = None,
     measurement: Measurement | None = None,
     uploads: dict[str, str] | None = None,
@@ -83,6 +85,7 @@ def session_create(
         target=target, policy=policy, memory_mode=memory_mode,
         operators=operator_entries(team, list(operators or []), uploads or {}),
         model=model or (default_model() if policy == "claude" else ""), seed=seed,
+        offline_prior=offline_prior, memory_scope=memory_scope,
         budgets=budgets or default_budgets(), measurement=measurement or Measurement(),
         suite=suite_info, code_version=code_version(),
     )  # fmt: skip

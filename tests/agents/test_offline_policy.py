@@ -286,3 +286,33 @@ def test_swapping_a_tiles_block_loops_comes_after_swapping_its_element_loops() -
     assert not walks_memory_worse("interchange(loop=L0)", naive("transpose_2d"))
     # and tiling an element loop again (0.89x) comes after the rest too
     assert walks_memory_worse("tile(loop=L2, size=32)", tiled)
+
+
+def blank_choice(situation: Situation, book: CaseBook) -> tuple[str, list[str], str]:
+    proposal = OfflineSearchPolicy(blank_prior=True).propose(situation, book)
+    assert proposal.candidate is not None
+    keys = [a["key"] for a in proposal.adopted]
+    return proposal.candidate.strategy, keys, proposal.rationale
+
+
+def test_a_blank_prior_tries_what_applies_in_a_seeded_random_order(book: CaseBook) -> None:
+    """No written-in order: without memory the choice is the seed's, not the prior's packed
+    GEMM every time, and the same seed makes the same choice again."""
+    picks = {seed: blank_choice(replace(gemm_situation([]), seed=seed), book) for seed in range(8)}
+
+    assert all(keys == [] and "untried, chosen at random" in why
+               for _, keys, why in picks.values())  # fmt: skip
+    assert len({strategy for strategy, _, _ in picks.values()}) > 2
+    assert blank_choice(replace(gemm_situation([]), seed=3), book) == picks[3]
+
+
+def test_with_a_blank_prior_memory_alone_decides(book: CaseBook) -> None:
+    """A win recalled from a kernel like this one is what a blank prior follows, where the
+    written-in prior lowers the GEMM first."""
+    batched_win = improved_case(book, "batched_matmul", "tile(loop=L1, size=32)", speedup=3.0)
+    here = gemm_situation([batched_win])
+
+    for seed in range(4):
+        strategy, keys, _ = blank_choice(replace(here, seed=seed), book)
+        assert strategy_name(strategy) == "tile" and keys == [batched_win.key]
+    assert chosen(here, book)[0] == "packed_gemm"

@@ -14,11 +14,14 @@ import pytest
 from celery import current_app
 from django.core.management import CommandError, call_command
 
-from apps.benchmarks.kernels import consistency, consistency_line, disagreement, tasks_run_here
+from apps.benchmarks.kernels import consistency, consistency_line, disagreement
+from apps.benchmarks.sessions import tasks_run_here
 from apps.devices.models import Evaluation
-from apps.memory.models import Case, JournalEvent
+from apps.memory.keys import id_in_key
+from apps.memory.models import Case, JournalEvent, MemoryVector
 from apps.memory.tasks import embed_case
 from apps.runs.candidates import candidate_of_case
+from apps.runs.models import OptimizationSession
 from tests.factories import store_every_builtin
 
 # Any operator will do; gelu is among the cheapest to evaluate (relu's 64M-element timing case
@@ -45,7 +48,7 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
 
     report = json.loads(out.getvalue())
     assert set(report["memory_on"]) >= SUMMARY_KEYS and set(report["memory_off"]) >= SUMMARY_KEYS
-    assert math.isfinite(report["memory_effect"]) and report["memory_effect"] > 0
+    assert math.isfinite(report["memory_effect_default"]) and report["memory_effect_default"] > 0
     (row,) = report["operators"]
     assert row["operator"] == OPERATOR and row["rounds_used"] == 2
     finished = JournalEvent.objects.get(session_id=report["sessions"]["read_write"],
@@ -61,8 +64,8 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     start_ms = finished["start_latency_ms"]
     assert row["best_ms_by_round"] == [start_ms if k < best.iteration else best.latency_ms
                                        for k in (1, 2)]  # fmt: skip
-    assert report["memory_effect_by_round"][-1] == report["memory_effect_as_recorded"]
-    assert len(report["memory_effect_by_round"]) == 2
+    by_round = report["memory_effect_default_by_round"]
+    assert by_round[-1] == report["memory_effect_default_as_recorded"] and len(by_round) == 2
     rows = list(csv.DictReader(StringIO(Path(report["files"]["csv"]).read_text())))
     assert [r["mode"] for r in rows] == ["memory_on", "memory_off"]
     assert rows[0]["rounds_to_best"] == str(best.iteration)
@@ -86,7 +89,7 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     as_recorded = report["memory_on"]["as_recorded"]
     assert as_recorded["median_self_acceleration"] == finished["speedup_vs_start"]
     assert rows[0]["speedup_vs_naive"] == str(ratio)
-    assert report["memory_effect"] == row["memory_ratio"] > 0
+    assert report["memory_effect_default"] == row["memory_ratio"] > 0
     off_finished = JournalEvent.objects.get(session_id=report["sessions"]["off"],
                                             kind="operator_finished").payload  # fmt: skip
     best_off = Case.objects.get(pk=off_finished["best_case_id"])
@@ -104,11 +107,13 @@ def test_the_kernels_benchmark_reports_both_memory_modes_from_the_sessions(
     assert "stopped after round k (k: effect): 1: " in Path(report["files"]["markdown"]).read_text()
     # the host was probed before, between and after the sessions
     host = report["host_parallel_speedup"]
-    probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side"}
+    probes = {"before", "after_memory_read_write", "after_memory_off", "after_side_by_side",
+              "after_learning"}  # fmt: skip
     assert set(host) == probes | {"cores"} and all(host[p] > 0 for p in probes)
     assert "Host: a matrix product on" in Path(report["files"]["markdown"]).read_text()
     steal = report["host_steal_share"]
-    assert set(steal) == {"memory_read_write", "memory_off", "side_by_side"}
+    assert set(steal) == {"memory_read_write", "memory_off", "side_by_side", "second_run",
+                          "learning"}  # fmt: skip
     assert all(0.0 <= steal[phase] <= 1.0 for phase in steal)
     assert (
         "Steal: the share of this machine's CPU time the hypervisor gave"
@@ -152,7 +157,8 @@ def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
     # similarity, and the policy makes again the kernel that paid there
     from_start = {f"case:{pk}" for pk in recorded.filter(iteration=1).values_list("pk", flat=True)}
     retrieved = [hit["key"] for hit in assembled.payload["retrieved"]]
-    assert len(from_start) == 2 and set(retrieved[:2]) == from_start
+    # memory on, off, and on again (the search-saved run) each made one from the start
+    assert len(from_start) == 3 and set(retrieved[:3]) == from_start
     proposed = JournalEvent.objects.get(
         session_id=second["sessions"]["read_write"], kind="candidate_proposed",
         payload__iteration=1,
@@ -161,6 +167,50 @@ def test_a_run_in_a_named_team_starts_from_what_that_team_recorded(
                for a in proposed.payload["adopted"])  # fmt: skip
     off = JournalEvent.objects.get(session_id=second["sessions"]["off"], kind="context_assembled")
     assert off.payload["retrieved"] == [], "memory off reads nothing, whatever the team knows"
+
+
+def test_the_learning_figure_holds_each_family_out_of_its_own_memory(
+    db: None, tmp_path: Path
+) -> None:
+    store_every_builtin()
+    operators = {OPERATOR: "activation", "axpby": "elementwise"}
+
+    report = bench_json("--operators", ",".join(operators), "--rounds", "2", "--out",
+                        str(tmp_path))  # fmt: skip
+
+    learning = report["learning"]
+    assert report["memory_effect"] == learning["memory_effect"] > 0
+    assert {row["operator"]: row["family"] for row in learning["operators"]} == operators
+    off = OptimizationSession.objects.get(pk=learning["sessions"]["off"])
+    held_out = OptimizationSession.objects.get(pk=learning["sessions"]["read_only_other_families"])
+    assert off.team_id == held_out.team_id != OptimizationSession.objects.get(
+        pk=report["sessions"]["read_write"]).team_id  # fmt: skip
+    assert (off.config["offline_prior"], off.config["memory_mode"]) == ("blank", "off")
+    assert (held_out.config["offline_prior"], held_out.config["memory_scope"]) == (
+        "blank", "other-families")  # fmt: skip
+    baseline_cases = Case.objects.filter(session_id=off.pk)
+    assert learning["cases_stored_as_memory"] == baseline_cases.count() > 0
+    assert MemoryVector.objects.filter(session_id=off.pk).count() == baseline_cases.count()
+    recalled_any = False
+    for event in JournalEvent.objects.filter(session_id=held_out.pk, kind="context_assembled"):
+        family = operators[event.payload["operator"]]
+        for key in (hit["key"] for hit in event.payload["retrieved"]):
+            case = Case.objects.select_related("version__operator").get(pk=id_in_key(key, "case"))
+            assert case.session_id == off.pk and case.version.operator.family != family
+            recalled_any = True
+    assert recalled_any, "each operator recalls the other family's cases"
+    saved = report["search_saved"]
+    for slug, rounds in saved["by_operator"].items():
+        best = Case.objects.get(pk=JournalEvent.objects.get(
+            session_id=report["sessions"]["read_write"], kind="operator_finished",
+            payload__operator=slug).payload["best_case_id"])  # fmt: skip
+        assert rounds["first_run"] == best.iteration >= 1 and 1 <= rounds["second_run"] <= 3
+    assert report["rounds_saved_ratio"] == (
+        saved["rounds_first_run"] / saved["rounds_second_run"] if saved["by_operator"] else None
+    )
+    markdown = Path(report["files"]["markdown"]).read_text()
+    assert "memory effect, learning (geomean best latency off / on" in markdown
+    assert "search saved: the default policy's second run" in markdown
 
 
 def test_three_side_by_side_ratios_that_disagree_are_reported_with_the_worst() -> None:

@@ -79,3 +79,21 @@ def test_a_claude_session_is_not_rerun_once_the_api_key_is_gone(team: Team, sett
     with pytest.raises(DomainError, match="the Claude policy needs ANTHROPIC_API_KEY"):
         session_rerun(session=session, user=None)
     assert OptimizationSession.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ({"offline_prior": "wise"}, "offline prior 'wise' is not one of written-in, blank"),
+        ({"memory_scope": "everyone"}, "memory scope 'everyone' is not one of team, other-famil"),
+        ({"offline_prior": "blank", "policy": "claude"}, "only the offline policy has a prior"),
+    ],
+)
+def test_an_unknown_prior_or_memory_scope_is_named_and_nothing_is_made(
+    team: Team, settings: Any, choice: dict[str, str], message: str
+) -> None:
+    stored_builtin("relu")
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    with pytest.raises(DomainError, match=message):
+        session_create(team=team, user=None, operators=["relu"], start=False, **choice)
+    assert not OptimizationSession.objects.exists()

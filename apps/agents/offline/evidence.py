@@ -220,8 +220,14 @@ def prior_order(features: frozenset[str]) -> tuple[str, ...]:
     return (*rest[:after], *REORDERING_FLAGS, *rest[after:])
 
 
+# No strategy order at all: every move's prior is 0 (the blank-prior policy).
+BLANK_ORDER: tuple[str, ...] = ()
+
+
 def prior(move: str, order: tuple[str, ...] = PRIOR_ORDER) -> float:
-    """The fixed prior of a move (`move_of` a label) in `order`, best first."""
+    """The fixed prior of a move (`move_of` a label) in `order`, best first; 0 in no order."""
+    if not order:
+        return 0.0
     name = move if move in order else strategy_name(move)
     rank = order.index(name) if name in order else len(order)
     return PRIOR_WEIGHT * (len(order) - rank) / len(order)

@@ -51,6 +51,7 @@ import random
 import statistics
 
 from apps.agents.offline.evidence import (
+    BLANK_ORDER,
     LOWERINGS,
     Evidence,
     Measured,
@@ -86,7 +87,14 @@ from apps.memory.values import Distiller, summarizer
 
 
 class OfflineSearchPolicy:
+    """With `blank_prior`, the policy knows nothing it was not shown: no strategy order, no
+    preferred parameters, no compiler cost model; what it has not measured or recalled it tries
+    in a seeded random order. `bench kernels` measures what memory teaches in that setting."""
+
     name = "offline"
+
+    def __init__(self, *, blank_prior: bool = False) -> None:
+        self.blank_prior = blank_prior
 
     def distiller(self) -> Distiller:
         return summarizer
@@ -94,7 +102,9 @@ class OfflineSearchPolicy:
     def propose(self, situation: Situation, tools: Tools) -> Proposal:
         if situation.incumbent is None:
             return Proposal(None, rationale=no_start_reason(situation))
-        order = prior_order(kernel_features(situation.incumbent.candidate.source))
+        source = situation.incumbent.candidate.source
+        order = BLANK_ORDER if self.blank_prior else prior_order(kernel_features(source))
+        written_in = not self.blank_prior
         ordinary = moves(situation, tools)
         cases = retrieved_cases(situation.retrieved, tools)
         measured = measured_from_here(situation, cases, tools)
@@ -111,12 +121,12 @@ class OfflineSearchPolicy:
         evidence = gather_evidence(situation, cases)
         worn = worn_moves(situation)
         blamed = blamed_steps(situation)
-        source = situation.incumbent.candidate.source
         scored = sorted(options, reverse=True, key=lambda c: (
-            not walks_memory_worse(c.strategy, source),
+            not (written_in and walks_memory_worse(c.strategy, source)),
             (move_key(c.strategy) not in worn or c.strategy in ablations)
             and c.strategy not in situation.lost and c.strategy not in blamed,
-            makes_a_lowering_memory_does_not_fault(c, evidence) and c.strategy not in ablations,
+            written_in and makes_a_lowering_memory_does_not_fault(c, evidence)
+            and c.strategy not in ablations,
             takes_the_replay_apart(c.strategy, ablations),
             *score_key(c, evidence, situation.seed, order, replays, measured, ablations),
         ))  # fmt: skip
@@ -131,7 +141,8 @@ class OfflineSearchPolicy:
         adopted += [{"key": e.key, "why": e.why}
                     for e in measured.get(chosen.kernel_key, []) if e.gain > 0]  # fmt: skip
         because = ablations[chosen.strategy].why if chosen.strategy in ablations else (
-            "; ".join(a["why"] for a in adopted) if adopted else "next by the fixed prior"
+            "; ".join(a["why"] for a in adopted) if adopted else
+            ("next by the fixed prior" if written_in else "untried, chosen at random")
         )  # fmt: skip
         rationale = f"{chosen.strategy}: {because}"
         return Proposal(chosen, adopted=adopted, rationale=rationale)
@@ -231,4 +242,5 @@ def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
     dropped = flags_dropped_by(candidate.strategy)
     if dropped is not None:  # what memory says against a flag set speaks for taking it out
         score -= evidence_for(f"flags(set={dropped})", evidence)
-    return (score, param_preference(candidate.strategy), tie_break)
+    preference = param_preference(candidate.strategy) if order else 0.0
+    return (score, preference, tie_break)

@@ -8,9 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.benchmarks.evaluator import BENCHMARKS, Benchmark, BenchmarkError, BenchOptions
-from apps.benchmarks.kernels import KernelsOptions, default_out_dir, kernels_benchmark_for
+from apps.benchmarks.kernels import default_out_dir, kernels_benchmark_for
 from apps.benchmarks.reference import REFERENCE_BENCHMARK
 from apps.benchmarks.retrieval import DEFAULT_CASES, retrieval_benchmark_for
+from apps.benchmarks.sessions import KernelsOptions
 from apps.benchmarks.suite import SuiteOptions, suite_benchmark_for
 from apps.benchmarks.web import WEB_BENCHMARK
 from apps.core.commands import require_a_migrated_database, unwritable_folder
