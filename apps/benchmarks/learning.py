@@ -37,6 +37,7 @@ from apps.benchmarks.sessions import (
     OperatorResult,
     best_case,
     geomean,
+    incumbents_by_round,
     latency_ratio,
     operator_results,
     ratio_of,
@@ -48,7 +49,6 @@ from apps.memory.models import Case, JournalEvent
 from apps.memory.retrieval import vector_store_for_case
 from apps.runs.evaluators import evaluate_here_since
 from apps.runs.models import OptimizationSession
-from apps.runs.recording import replaces_incumbent
 
 Progress = Callable[[str], None]
 
@@ -89,21 +89,6 @@ def rounds_to_reach(latencies: list[float | None], incumbents: list[Case | None]
         ):
             return number
     return rounds + 1
-
-
-def incumbents_by_round(session_id: int, slug: str, rounds: int) -> list[Case | None]:
-    """The operator's incumbent after each round 1 to `rounds`, as the session judged it."""
-    cases = Case.objects.filter(session_id=session_id, version__operator__slug=slug)
-    incumbent, by_round = None, []
-    pending = iter(cases.order_by("iteration", "pk"))
-    case = next(pending, None)
-    for number in range(1, rounds + 1):
-        while case is not None and case.iteration <= number:
-            if replaces_incumbent(case, incumbent):
-                incumbent = case
-            case = next(pending, None)
-        by_round.append(incumbent)
-    return by_round
 
 
 def search_saved(first_id: int, second_id: int, slugs: list[str], rounds: int) -> dict[str, Any]:

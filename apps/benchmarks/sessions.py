@@ -170,20 +170,26 @@ def operator_results(session: OptimizationSession, slugs: list[str], mode: str,
 
 
 def incumbent_latencies(session_id: int, slug: str, rounds: int) -> list[float | None]:
-    """The incumbent's latency after each round, 1 to `rounds`, as the session judged it: the
+    """The incumbent's latency after each round, 1 to `rounds`, as the session judged it."""
+    return [case.latency_ms if case else None
+            for case in incumbents_by_round(session_id, slug, rounds)]  # fmt: skip
+
+
+def incumbents_by_round(session_id: int, slug: str, rounds: int) -> list[Case | None]:
+    """The operator's incumbent after each round, 1 to `rounds`, as the session judged it: the
     first correct kernel, then each one judged faster than its parent. Past the rounds an
     operator used, its final best."""
     cases = Case.objects.filter(session_id=session_id, version__operator__slug=slug)
-    incumbent, latencies = None, []
-    by_round = iter(cases.order_by("iteration", "pk"))
-    pending = next(by_round, None)
-    for round_number in range(1, rounds + 1):
-        while pending is not None and pending.iteration <= round_number:
-            if replaces_incumbent(pending, incumbent):
-                incumbent = pending
-            pending = next(by_round, None)
-        latencies.append(incumbent.latency_ms if incumbent else None)
-    return latencies
+    incumbent, by_round = None, []
+    pending = iter(cases.order_by("iteration", "pk"))
+    case = next(pending, None)
+    for number in range(1, rounds + 1):
+        while case is not None and case.iteration <= number:
+            if replaces_incumbent(case, incumbent):
+                incumbent = case
+            case = next(pending, None)
+        by_round.append(incumbent)
+    return by_round
 
 
 def strategy_chain(best: Case | None) -> str:
