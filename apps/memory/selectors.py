@@ -10,11 +10,17 @@ an experience's retrieval record, for its rule's cold-phase access frequency."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Q, QuerySet
 
 from apps.accounts.models import Team
 from apps.devices.models import Profile
 from apps.memory.keys import id_in_key, rule_key
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
+
+# What a strategy did wrong where it was tried: it broke the kernel, or it made it slower.
+FAILED_OUTCOMES = (Case.Outcome.INCORRECT, Case.Outcome.REGRESSED)
 
 
 def team_case(team: Team, case_id: int | None) -> Case | None:
@@ -63,3 +69,51 @@ def retrieval_record(team: Team, item: MemoryVector) -> tuple[int, int]:
         stages = stages.filter(session__target=item.target)
     retrieved = stages.filter(payload__retrieved__contains=[item.key]).count()
     return retrieved, stages.count()
+
+
+def improving_adoptions(team: Team, keys: Iterable[str]) -> QuerySet[Case]:
+    """The team's cases that adopted any of `keys` and came out a correct improvement over their
+    parent: the adoptions that improved, which alone earn an experience its rule (an adoption
+    that changed nothing or made the kernel slower is no evidence for it)."""
+    adopted = Q()
+    for key in keys:
+        adopted |= Q(adopted__contains=[{"key": key}])
+    if not adopted:
+        return Case.objects.none()
+    improved = Case.objects.filter(
+        adopted, session__team=team, correct=True, outcome=Case.Outcome.IMPROVED
+    )
+    return improved.select_related("version__operator").order_by("pk")
+
+
+def failed_attempts(team: Team, *, target: str, strategy_name: str) -> QuerySet[Case]:
+    """The team's cases on `target` whose strategy label starts with `strategy_name` and that
+    broke correctness or slowed the kernel down (callers compare the full strategy)."""
+    tried = Case.objects.filter(session__team=team, target=target,
+                                strategy__startswith=strategy_name)  # fmt: skip
+    failed = tried.filter(outcome__in=FAILED_OUTCOMES)
+    return failed.select_related("version__operator").order_by("pk")
+
+
+def rule_sources(rule: Rule, evidence: dict[str, Any]) -> list[str]:
+    """The experiences a rule was distilled from: its evidence's `sources` (a merged rule lists
+    every one), else its source key."""
+    listed = evidence.get("sources")
+    return [str(key) for key in listed] if isinstance(listed, list) and listed else [
+        rule.source_key]  # fmt: skip
+
+
+def rule_candidates_overview(team: Team) -> list[dict[str, Any]]:
+    """For each of the team's rules, newest first: its id, newest statement, status, the number
+    of distinct operators its improving adoptions came from (of its sources or of the rule
+    itself, counted now) and its source keys."""
+    overview = []
+    for rule in Rule.objects.filter(team=team).prefetch_related("versions").order_by("-pk"):
+        latest = max(rule.versions.all(), key=lambda v: v.number, default=None)
+        sources = rule_sources(rule, latest.evidence if latest else {})
+        adoptions = improving_adoptions(team, [*sources, rule_key(rule.pk)])
+        operators = set(adoptions.values_list("version__operator__slug", flat=True))
+        overview.append({"rule": rule.pk, "statement": latest.statement if latest else "",
+                         "status": rule.status, "operators": len(operators),
+                         "sources": sources})  # fmt: skip
+    return overview

@@ -16,11 +16,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from apps.accounts.models import Team
+from apps.memory.candidates import earned_by_claim, evidence_for, summarize
 from apps.memory.hot import hot_memory_refresh
 from apps.memory.journal import journal_append
-from apps.memory.keys import id_in_key
-from apps.memory.learning import Usage, credit, is_rule_candidate, next_frequency, updated_value
-from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
+from apps.memory.learning import credit, next_frequency, updated_value
+from apps.memory.models import JournalEvent, MemoryVector, Rule
 from apps.memory.rules import Wording, hot_memory, rule_propose
 from apps.memory.selectors import value_keys
 
@@ -107,11 +107,13 @@ def value_history(key: str) -> list[dict[str, Any]]:
 
 
 def rule_candidates(team: Team) -> QuerySet[MemoryVector]:
-    """The team's experiences past the UGC gate that have no rule yet."""
+    """The team's experiences that may be past the UGC gate and have no rule yet: V > 0 and
+    adopted often enough at all (the adoptions that improved, which the gate counts, are
+    among these; candidates.earned decides)."""
     has_rule = Rule.objects.filter(team=team).values("source_key")
     items = MemoryVector.objects.filter(team=team, kind=MemoryVector.Kind.CASE, value__gt=0,
                                         adoptions__gte=settings.KOPE_UGC_MIN_ADOPTIONS)  # fmt: skip
-    return items.exclude(key__in=has_rule)
+    return items.exclude(key__in=has_rule).order_by("pk")
 
 
 @dataclass(frozen=True)
@@ -134,48 +136,22 @@ def summarizer(item: Experience, evidence: dict[str, Any]) -> tuple[Wording, str
 
 
 def consolidate(team: Team, *, mode: MemoryMode, distill: Distiller = summarizer) -> list[Rule]:
-    """UGC: propose a rule for each experience that earned one, then rebuild hot memory."""
+    """UGC: propose one rule for each claim that experiences earned (candidates.py: only
+    adoptions that improved count, and experiences saying the same make one rule listing every
+    source), then rebuild hot memory."""
     if mode != MemoryMode.READ_WRITE:
         return []
     proposed = []
-    for item in rule_candidates(team):
-        usage = Usage(item.value, item.adoptions, len(item.adopted_operators))
-        if is_rule_candidate(usage, min_adoptions=settings.KOPE_UGC_MIN_ADOPTIONS,
-                             min_operators=settings.KOPE_UGC_MIN_OPERATORS):  # fmt: skip
-            evidence = evidence_of(item)
-            wording, how = distill(Experience(item.key, item.text, summarize(item)), evidence)
-            proposed.append(rule_propose(team=team, source_key=item.key, wording=wording,
-                                         evidence={**evidence, "distilled_by": how}))  # fmt: skip
+    for group in earned_by_claim(team, rule_candidates(team)):
+        lead, evidence = group[0], evidence_for(team, group)
+        experience = Experience(lead.item.key, lead.item.text, summarize(group, evidence))
+        wording, how = distill(experience, evidence)
+        proposed.append(rule_propose(team=team, source_key=lead.item.key, wording=wording,
+                                     evidence={**evidence, "distilled_by": how}))  # fmt: skip
     # The stage's credit and frequencies just moved priorities: rebuild hot memory and record
     # what entered or left.
     hot_memory_refresh(team=team, cause="consolidation after a scored stage")
     return proposed
-
-
-def evidence_of(item: MemoryVector) -> dict[str, Any]:
-    case = Case.objects.filter(pk=id_in_key(item.key, "case")).first()
-    return {
-        "source": item.key, "value": item.value, "adoptions": item.adoptions,
-        "operators": item.adopted_operators,
-        "measured": {"speedup_vs_reference": case.speedup_vs_reference,
-                     "speedup_vs_parent": case.speedup_vs_parent} if case else {},
-    }  # fmt: skip
-
-
-def summarize(item: MemoryVector) -> Wording:
-    """The deterministic distiller (the Claude policy distills with the model when set up)."""
-    case = Case.objects.filter(pk=id_in_key(item.key, "case")).first()
-    statement = case.strategy.strip().splitlines()[0][:300] if case else item.text[:300]
-    operators = ", ".join(item.adopted_operators)
-    kind = f"{item.family or 'these'} operators on {item.target or 'this target'}"
-    applies = f"{kind}; adopted on {operators}"
-    gain = (
-        f" (speedup vs parent {case.speedup_vs_parent:.2f}x)"
-        if case and case.speedup_vs_parent
-        else ""
-    )
-    return Wording(statement=statement + gain, applies_when=applies,
-                   not_when="untested outside the operators listed as evidence")  # fmt: skip
 
 
 def record_hot_memory_use(team: Team, used_rule_ids: set[int], *, mode: MemoryMode) -> None:

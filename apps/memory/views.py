@@ -22,7 +22,8 @@ from apps.accounts.models import Membership
 from apps.accounts.roles import Permission
 from apps.core.errors import Conflict, DomainError
 from apps.core.pages import page_of
-from apps.memory.models import MemoryVector, Rule
+from apps.memory.keys import id_in_key
+from apps.memory.models import MemoryVector, Rule, RuleTransition
 from apps.memory.rules import (
     Wording,
     hot_memory,
@@ -30,8 +31,10 @@ from apps.memory.rules import (
     rule_edit,
     rule_edit_and_approve,
     rule_reserve,
+    rule_retire,
     rule_veto,
 )
+from apps.memory.selectors import rule_sources
 from apps.memory.values import value_history
 
 STATUSES = ("pending", "approved", "vetoed", "retired", "all")
@@ -95,10 +98,31 @@ def rule_page(request: HttpRequest, rule: Rule, *, can_review: bool, reserved_no
     context = {
         "section": "review", "rule": rule, "versions": versions, "latest": latest,
         "source": source, "history": history, "sparkline": sparkline(history),
+        "evidence": evidence_links(rule, latest.evidence),
         "transitions": rule.transitions.select_related("actor", "version"),
+        "decided": last_decision(rule),
         "can_review": can_review, "reserved_note": reserved_note, "draft": draft, "edit": edit,
     }  # fmt: skip
     return render(request, "memory/rule_detail.html", context, status=status)
+
+
+def last_decision(rule: Rule) -> RuleTransition | None:
+    """Why a vetoed or retired rule is where it is, shown by its status."""
+    if rule.status not in (Rule.Status.VETOED, Rule.Status.RETIRED):
+        return None
+    return rule.transitions.filter(to_status=rule.status).select_related("actor").last()
+
+
+def evidence_links(rule: Rule, evidence: dict[str, Any]) -> dict[str, Any]:
+    """The evidence's keys as case ids the page links to: every source experience, the
+    adoptions that improved and the failures of the same strategy."""
+    sources = [(key, id_in_key(key, "case")) for key in rule_sources(rule, evidence)]
+    return {
+        "sources": [{"key": key, "case": case} for key, case in sources],
+        "adoptions": [n for n in evidence.get("adoption_cases", []) if isinstance(n, int)],
+        "failures": [f for f in evidence.get("failures", [])
+                     if isinstance(f, dict) and isinstance(f.get("case"), int)],
+    }  # fmt: skip
 
 
 def sparkline(history: list[dict[str, Any]], width: int = 240, height: int = 48) -> str:
@@ -118,6 +142,37 @@ def edit_draft(post: Any) -> dict[str, str]:
                                                   "comment")}  # fmt: skip
 
 
+def approve(rule: Rule, user: Any, post: Any, draft: dict[str, str]) -> str:
+    rule_approve(rule=rule, user=user, version_number=int(post["version"]),
+                 comment=post.get("comment", ""))  # fmt: skip
+    return f"Rule {rule.pk} approved."
+
+
+def veto(rule: Rule, user: Any, post: Any, draft: dict[str, str]) -> str:
+    rule_veto(rule=rule, user=user, reason=post.get("reason", ""))
+    return f"Rule {rule.pk} vetoed."
+
+
+def retire(rule: Rule, user: Any, post: Any, draft: dict[str, str]) -> str:
+    """From the page a retirement needs a reason, kept in the rule's history like a veto's."""
+    reason = post.get("reason", "").strip()
+    if not reason:
+        raise DomainError("a retirement needs a reason")
+    rule_retire(rule=rule, user=user, comment=reason)
+    return f"Rule {rule.pk} retired."
+
+
+def edit(rule: Rule, user: Any, post: Any, draft: dict[str, str]) -> str:
+    """A new version, pending review, or approved at once when the form asks ("then")."""
+    wording = Wording(draft["statement"], draft["applies_when"], draft["not_when"])
+    save = rule_edit_and_approve if post.get("then") == "approve" else rule_edit
+    version = save(rule=rule, user=user, wording=wording, comment=draft["comment"])
+    return f"Rule {rule.pk}: version {version.number} saved."
+
+
+DECISIONS = {"approve": approve, "veto": veto, "retire": retire, "edit": edit}
+
+
 @require_POST
 @team_view(Permission.REVIEW)
 def rule_decide(
@@ -127,21 +182,10 @@ def rule_decide(
     post = request.POST
     draft = edit_draft(post)
     try:
-        if action == "approve":
-            rule_approve(rule=rule, user=request.user, version_number=int(post["version"]),
-                         comment=post.get("comment", ""))  # fmt: skip
-            messages.success(request, f"Rule {rule.pk} approved.")
-        elif action == "veto":
-            rule_veto(rule=rule, user=request.user, reason=post.get("reason", ""))
-            messages.success(request, f"Rule {rule.pk} vetoed.")
-        elif action == "edit":
-            wording = Wording(draft["statement"], draft["applies_when"], draft["not_when"])
-            edit = rule_edit_and_approve if post.get("then") == "approve" else rule_edit
-            version = edit(rule=rule, user=request.user, wording=wording,
-                           comment=draft["comment"])  # fmt: skip
-            messages.success(request, f"Rule {rule.pk}: version {version.number} saved.")
-        else:
+        decide = DECISIONS.get(action)
+        if decide is None:
             raise Http404(f"No action {action!r}.")
+        messages.success(request, decide(rule, request.user, post, draft))
     except (DomainError, KeyError, ValueError) as error:
         messages.error(request, str(error) if isinstance(error, DomainError) else
                        "The form was incomplete: a version number is needed.")  # fmt: skip

@@ -105,3 +105,55 @@ def test_a_key_acts_on_the_card_that_has_focus(
         approved = page.locator("#rule-queue .rule-card")
         expect(approved).to_have_count(1)
         expect(approved).to_have_attribute("data-rule", str(chosen))
+
+
+@pytest.fixture
+def four_pending(transactional_db: None) -> tuple[Membership, list[Rule]]:
+    team = TeamFactory(slug="walk", name="Walk")
+    rules = [
+        rule_propose(team=team, source_key=f"case:{n}", evidence={"operators": ["gemm"]},
+                     wording=Wording(statement, "three-deep matmul nests"))
+        for n, statement in enumerate(("Tile the k loop by 32", "Unroll the inner loop by 4",
+                                       "Make every accumulator float", "Keep buffers"))
+    ]  # fmt: skip
+    return MembershipFactory(team=team, role=Role.REVIEWER), rules
+
+
+def test_a_reviewer_walks_every_decision_on_the_rule_pages_and_sees_the_reasons(
+    four_pending: tuple[Membership, list[Rule]], chromium: Browser
+) -> None:
+    reviewer, (tiled, unrolled, floats, _) = four_pending
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        log_in(page, url, reviewer, f"/t/walk/review/{tiled.pk}/")
+        page.get_by_role("button", name="Approve v1").click()
+        expect(page.get_by_role("status")).to_contain_text(f"Rule {tiled.pk} approved.")
+
+        page.goto(f"{url}/t/walk/review/{unrolled.pk}/")
+        page.get_by_text("Edit, then approve or keep for review").click()
+        page.get_by_label("Statement").fill("Unroll the innermost loop by 4 on AVX2 hosts")
+        page.get_by_label("Comment").fill("narrower")
+        page.get_by_role("button", name="Save as a new version for review").click()
+        expect(page.get_by_role("status")).to_contain_text(f"Rule {unrolled.pk}: version 2 saved")
+        page.goto(f"{url}/t/walk/review/{unrolled.pk}/")
+        expect(page.locator(".statement")).to_have_text(
+            "Unroll the innermost loop by 4 on AVX2 hosts"
+        )
+        expect(page.locator("h1 .status")).to_have_text("pending")
+
+        page.goto(f"{url}/t/walk/review/{floats.pk}/")
+        page.get_by_label("Veto reason").fill("float sums drift past tolerance on long rows")
+        page.get_by_role("button", name="Veto", exact=True).click()
+        expect(page.locator(".decided")).to_contain_text("float sums drift past tolerance")
+
+        page.goto(f"{url}/t/walk/review/{tiled.pk}/")
+        page.get_by_label("Retirement reason").fill("superseded by the packed GEMM rule")
+        page.get_by_role("button", name="Retire").click()
+        expect(page.locator("h1 .status")).to_have_text("retired")
+        expect(page.locator(".decided")).to_contain_text("superseded by the packed GEMM rule")
+        history = page.locator("table").last
+        expect(history).to_contain_text("superseded by the packed GEMM rule")
+
+        page.goto(f"{url}/t/walk/review/{floats.pk}/")
+        expect(page.locator("h1 .status")).to_have_text("vetoed")
+        expect(page.locator("table").last).to_contain_text("float sums drift past tolerance")

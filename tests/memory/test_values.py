@@ -21,6 +21,7 @@ from apps.memory.values import (
     value_history,
 )
 from apps.runs.models import OptimizationSession
+from tests.support.experiences import Memory, adopted_on_three
 
 
 @pytest.fixture
@@ -86,31 +87,35 @@ def test_read_only_and_off_modes_write_nothing(team: Team, session: Optimization
 
 
 @pytest.mark.parametrize(
-    ("fields", "proposed"),
+    ("value", "improved_on", "proposed"),
     [
-        ({"value": 0.1, "adoptions": 3, "adopted_operators": ["a", "b", "c"]}, True),
-        ({"value": 0.1, "adoptions": 2, "adopted_operators": ["a", "b", "c"]}, False),
-        ({"value": 0.1, "adoptions": 3, "adopted_operators": ["a", "b"]}, False),
-        ({"value": 0.0, "adoptions": 3, "adopted_operators": ["a", "b", "c"]}, False),
+        (0.1, ["a", "b", "c"], True),
+        (0.1, ["a", "b"], False),  # two improving adoptions
+        (0.1, ["a", "a", "b"], False),  # on two operators
+        (0.0, ["a", "b", "c"], False),
     ],
 )
 def test_consolidation_proposes_exactly_the_experiences_past_the_gate(
-    team: Team, fields: dict[str, object], proposed: bool
+    memory: Memory, value: float, improved_on: list[str], proposed: bool
 ) -> None:
-    item(team, "case:a", **fields)
-    rules = consolidate(team, mode=MemoryMode.READ_WRITE)
+    operators = dict(zip("abc", ("gemm", "batched_matmul", "matmul_bias_relu"), strict=True))
+    source = memory.experience(value=value)
+    for name in improved_on:
+        memory.adopted(source, operators[name])
+    rules = consolidate(memory.team, mode=MemoryMode.READ_WRITE)
     assert bool(rules) is proposed
     if proposed:
         (rule,) = rules
-        assert rule.status == "pending" and rule.source_key == "case:a"
-        assert rule.versions.get().evidence["operators"] == ["a", "b", "c"]
-        assert consolidate(team, mode=MemoryMode.READ_WRITE) == []  # already has its rule
+        assert rule.status == "pending" and rule.source_key == source.key
+        assert rule.versions.get().evidence["operators"] == sorted(operators.values())
+        assert consolidate(memory.team, mode=MemoryMode.READ_WRITE) == []  # already has its rule
 
 
 def test_an_approved_rule_enters_hot_memory_and_its_frequency_follows_use(
-    team: Team, member: Callable[[Role | str], User]
+    memory: Memory, member: Callable[[Role | str], User]
 ) -> None:
-    item(team, "case:a", value=0.4, adoptions=3, adopted_operators=["a", "b", "c"])
+    team = memory.team
+    adopted_on_three(memory, memory.experience(value=0.4))
     (rule,) = consolidate(team, mode=MemoryMode.READ_WRITE)
     assert hot_memory(team) == []  # pending: not yet
     rule_approve(rule=rule, user=member(Role.REVIEWER), version_number=1)
