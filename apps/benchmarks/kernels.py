@@ -43,6 +43,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from apps.accounts.models import Team
 from apps.benchmarks.evaluator import Benchmark, BenchmarkError, BenchOptions
 from apps.benchmarks.learning import learning_figure, search_saved
 from apps.benchmarks.sessions import (
@@ -62,6 +63,7 @@ from apps.benchmarks.sessions import (
 )
 from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
 from apps.memory.models import Case
+from apps.memory.selectors import rule_candidates_overview
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
 from apps.runs.evaluators import evaluate_here_since
@@ -106,7 +108,8 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     steal["learning"] = steal_share(ticks, cpu_ticks())
     host["after_learning"] = parallel_speedup()
     report.update(memory_effect=learning["memory_effect"], learning=learning,
-                  rounds_saved_ratio=saved["rounds_saved_ratio"], search_saved=saved)  # fmt: skip
+                  rounds_saved_ratio=saved["rounds_saved_ratio"], search_saved=saved,
+                  rule_candidates=rule_candidates(team))  # fmt: skip
     report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1},
                   host_steal_share=steal)  # fmt: skip
     report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
@@ -114,6 +117,17 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
     report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
     return report
+
+
+def rule_candidates(team: Team) -> dict[str, Any]:
+    """The rules UGC proposed from the default policy's read-write runs: how many, how many
+    were adopted (with improvement) on three operators or more, and each one's wording."""
+    rules = rule_candidates_overview(team)
+    return {
+        "proposed": len(rules),
+        "adopted_on_3_or_more_operators": sum(rule["operators"] >= 3 for rule in rules),
+        "rules": rules,
+    }
 
 
 def families_of(suite: Suite) -> dict[str, str]:
@@ -344,6 +358,7 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines += ["", *recorded_table(report)]
     if "learning" in report:
         lines += ["", *learning_table(report["learning"]), "", search_saved_line(report)]
+        lines += ["", *rules_lines(report["rule_candidates"])]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
     if "host_steal_share" in report:
@@ -447,6 +462,19 @@ def search_saved_line(report: dict[str, Any]) -> str:
         f"({saved['operators_not_reached']} not reached): rounds_saved_ratio "
         f"{fmt(saved['rounds_saved_ratio'])}"
     )
+
+
+def rules_lines(candidates: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Rule candidates after the default policy's read-write runs: {candidates['proposed']}, "
+        f"{candidates['adopted_on_3_or_more_operators']} of them adopted with improvement on 3 "
+        "operators or more:",
+        "",
+    ]
+    for rule in candidates["rules"]:
+        lines.append(f"- rule {rule['rule']} ({rule['status']}, {rule['operators']} operators): "
+                     f"{rule['statement']}")  # fmt: skip
+    return lines
 
 
 def write_tables(report: dict[str, Any], out_dir: Path) -> dict[str, str]:

@@ -18,7 +18,7 @@ from apps.benchmarks.kernels import consistency, consistency_line, disagreement
 from apps.benchmarks.sessions import tasks_run_here
 from apps.devices.models import Evaluation
 from apps.memory.keys import id_in_key
-from apps.memory.models import Case, JournalEvent, MemoryVector
+from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 from apps.memory.tasks import embed_case
 from apps.runs.candidates import candidate_of_case
 from apps.runs.models import OptimizationSession
@@ -208,8 +208,13 @@ def test_the_learning_figure_holds_each_family_out_of_its_own_memory(
     assert report["rounds_saved_ratio"] == (
         saved["rounds_first_run"] / saved["rounds_second_run"] if saved["by_operator"] else None
     )
+    rules = Rule.objects.filter(team__slug=report["team"])
+    assert report["rule_candidates"]["proposed"] == rules.count()
+    assert {r["rule"] for r in report["rule_candidates"]["rules"]} == set(
+        rules.values_list("pk", flat=True))  # fmt: skip
     markdown = Path(report["files"]["markdown"]).read_text()
     assert "memory effect, learning (geomean best latency off / on" in markdown
+    assert "Rule candidates after the default policy's read-write runs: " in markdown
     assert "search saved: the default policy's second run" in markdown
 
 
