@@ -316,3 +316,16 @@ def test_with_a_blank_prior_memory_alone_decides(book: CaseBook) -> None:
         strategy, keys, _ = blank_choice(replace(here, seed=seed), book)
         assert strategy_name(strategy) == "tile" and keys == [batched_win.key]
     assert chosen(here, book)[0] == "packed_gemm"
+
+
+def test_with_a_blank_prior_memory_says_which_setting_of_a_move_to_try(book: CaseBook) -> None:
+    """One parallel loop's dynamic schedule ran 40x slower, another's static one 2x faster:
+    lumped together they would speak against parallel loops; apart, for the static one."""
+    dynamic = improved_case(book, "sigmoid", "omp_parallel_for(loop=L0, schedule=dynamic)", 0.025)
+    static = improved_case(book, "gelu", "omp_parallel_for(loop=L0, schedule=static)", 2.0)
+    here = situation("relu", "activation", [dynamic, static])
+
+    for seed in range(4):
+        strategy, keys, _ = blank_choice(replace(here, seed=seed), book)
+        assert strategy_name(strategy) == "omp_parallel_for" and "schedule=static" in strategy
+        assert static.key in keys

@@ -65,6 +65,7 @@ class Evidence:
     gain: float  # ln speedup over its parent; FAILURE_GAIN when it broke the kernel
     weight: float  # how much it applies here, 0..1
     why: str
+    setting: str = ""  # the strategy's parameters but its loop ("schedule=dynamic"), if known
 
     @property
     def says(self) -> float:
@@ -122,13 +123,23 @@ def case_evidence(hit: Hit, case: CaseView, situation: Situation,
     gain = case_gain(case)
     if gain is None:
         return None
+    setting = setting_of(case.strategy) if move == move_of(case.strategy) else ""
     if case.correct and case.speedup_vs_parent:
         verb = "improved" if gain > 0 else "slowed"
         return Evidence(hit.key, move, gain, weight,
-                        f"{where} {verb} {case.speedup_vs_parent:.2f}x with {move}")  # fmt: skip
+                        f"{where} {verb} {case.speedup_vs_parent:.2f}x with {move}",
+                        setting)  # fmt: skip
     after = move if move == move_of(case.strategy) else (
         f"a replayed path whose one step that can change a result was {move}")  # fmt: skip
-    return Evidence(hit.key, move, gain, weight, f"{where} was {case.outcome} after {after}")
+    return Evidence(hit.key, move, gain, weight, f"{where} was {case.outcome} after {after}",
+                    setting)  # fmt: skip
+
+
+def setting_of(label: str) -> str:
+    """A strategy's parameters other than the loop it applies to, as text: what a case says
+    of a parallel loop's schedule or a tile's size carries over to another loop."""
+    params = label_params(first_line(label))
+    return ", ".join(f"{key}={value}" for key, value in sorted(params.items()) if key != "loop")
 
 
 def move_spoken_for(case: CaseView) -> str:
@@ -192,11 +203,15 @@ def made_from_this_kernel(case: CaseView, situation: Situation, tools: Tools) ->
     return parent is not None and tools.proposed(parent).kernel_key == kernel
 
 
-def evidence_for(move: str, evidence: list[Evidence]) -> float:
+def evidence_for(move: str, evidence: list[Evidence], setting: str | None = None) -> float:
     """The cases' weighted mean gain, shrunk toward 0 while little evidence speaks, plus the
-    bonus of an approved rule that names the strategy."""
+    bonus of an approved rule that names the strategy. Given a `setting` (see setting_of),
+    only the cases of that very setting speak where there are any: a dynamic schedule that
+    made a parallel loop 40x slower says little of a static one."""
     relevant = [e for e in evidence if speaks_for(e.move, move)]
     cases = [e for e in relevant if not e.key.startswith("rule:")]
+    if setting is not None:
+        cases = [e for e in cases if e.setting == setting] or cases
     mean = sum(e.says for e in cases) / (1.0 + sum(e.weight for e in cases))
     ruled = any(e.key.startswith("rule:") for e in relevant)
     return mean + (RULE_BONUS if ruled else 0.0)

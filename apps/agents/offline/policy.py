@@ -63,6 +63,7 @@ from apps.agents.offline.evidence import (
     prior,
     prior_order,
     retrieved_cases,
+    setting_of,
 )
 from apps.agents.offline.features import kernel_features
 from apps.agents.offline.moves import (
@@ -238,7 +239,9 @@ def score_key(candidate: Candidate, evidence: list[Evidence], seed: int,
     if ablation is not None:  # like a flag set taken out again: the same idea
         return (prior(DROP_FLAGS, order) + measured_gain, ablation.preference, tie_break)
     move = move_of(candidate.strategy)
-    score = prior(move, order) + evidence_for(move, evidence) + measured_gain
+    # With no written-in parameter preference, memory says which setting of a move to try.
+    setting = None if order else setting_of(candidate.strategy)
+    score = prior(move, order) + evidence_for(move, evidence, setting) + measured_gain
     dropped = flags_dropped_by(candidate.strategy)
     if dropped is not None:  # what memory says against a flag set speaks for taking it out
         score -= evidence_for(f"flags(set={dropped})", evidence)
