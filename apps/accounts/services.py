@@ -149,14 +149,16 @@ class BootstrappedAdmin(NamedTuple):
 
 @transaction.atomic
 def admin_bootstrap(*, username: str, password: str = "") -> BootstrappedAdmin:
-    """Create the first admin and the default team, once; safe to call at every start."""
+    """Create the first admin and the default team, once; safe to call at every start. A
+    given password is set only when it is not the admin's already: setting it anew (a fresh
+    salt) would sign the admin out of every browser at each restart."""
     user_model = get_user_model()
     user = user_model.objects.filter(username=username).first()
     created = user is None
     chosen = password or (secrets.token_urlsafe(12) if created else "")
     if user is None:
         user = user_model.objects.create_superuser(username=username, password=chosen)
-    elif password:
+    elif password and not user.check_password(password):
         user.set_password(password)
         user.save(update_fields=["password"])
     if not Membership.objects.filter(user=user).exists():

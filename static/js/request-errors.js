@@ -80,6 +80,9 @@
     return link;
   }
 
+  // The live pages' sockets, closed for a reader who is signed out, offer the same link.
+  window.kopeLoginLink = loginLink;
+
   function clear() {
     failedElement = null;
     region.replaceChildren();

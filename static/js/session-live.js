@@ -82,6 +82,7 @@
     socket.onclose = (event) => {
       if (event.code === CLOSED_OUT) {  // not in the team any more: reconnecting cannot help
         live.textContent = "closed: you are no longer in this session's team (or signed out)";
+        live.append(" · ", window.kopeLoginLink());  // request-errors.js
         return;
       }
       live.textContent = "reconnecting…";

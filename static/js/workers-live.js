@@ -24,6 +24,7 @@
       say("connection lost, reconnecting… Answers that come meanwhile are not shown.");
     } else if (code === CLOSED_OUT) {
       say("closed: you are no longer in this team (or signed out).");
+      status.append(" ", window.kopeLoginLink());  // request-errors.js
     } else {
       say(`closed (code ${code}); reload the page to see answers live.`);
     }

@@ -34,6 +34,18 @@ def test_bootstrap_sets_the_password_it_is_given() -> None:
     assert User.objects.get(username="admin").check_password("chosen-pw-1")
 
 
+def test_a_restart_with_the_same_password_keeps_the_admin_signed_in() -> None:
+    """Setting the same password again gave it a new salt, which ended every browser session
+    of the admin at each start of `make run`; a changed password still applies."""
+    admin_bootstrap(username="admin", password="chosen-pw-1")
+    stored = User.objects.get(username="admin").password
+    admin_bootstrap(username="admin", password="chosen-pw-1")
+    assert User.objects.get(username="admin").password == stored
+
+    admin_bootstrap(username="admin", password="chosen-pw-2")
+    assert User.objects.get(username="admin").check_password("chosen-pw-2")
+
+
 def test_the_team_creator_becomes_its_admin(user: User) -> None:
     team = team_create(name="Kernel Lab", owner=user)
     assert team.slug == "kernel-lab"

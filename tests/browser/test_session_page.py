@@ -24,10 +24,10 @@ from tests.factories import MembershipFactory, TeamFactory, stored_builtin
 from tests.processes import celery_worker, daphne
 from tests.workbench.test_live_events import process_env
 
-from .conftest import CHROMIUM, log_in, script_errors
+from .conftest import CHROMIUM, log_in, script_errors, submit_login
 from .test_untrusted_text import in_another_thread
 
-CLOSED_OUT = "closed: you are no longer in this session's team (or signed out)"
+CLOSED_OUT = "closed: you are no longer in this session's team (or signed out) · Log in again"
 
 pytestmark = [
     pytest.mark.browser,
@@ -213,4 +213,10 @@ def test_a_watcher_who_left_while_the_socket_was_down_is_told_when_it_reconnects
         else:  # the login expired or was ended in another tab
             page.context.clear_cookies()
         expect(live).to_have_text(CLOSED_OUT, timeout=15_000)
+        if leave == "signed out":  # the link signs in and comes back to the session
+            session_url = page.url
+            live.get_by_role("link", name="Log in again").click()
+            submit_login(page, engineer)
+            expect(page).to_have_url(session_url)
+            expect(page.locator("#live-status")).to_have_text("live")
         assert errors == []

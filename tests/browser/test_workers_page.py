@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
 ]
 
-CLOSED_OUT = "Live answers: closed: you are no longer in this team (or signed out)."
+CLOSED_OUT = "Live answers: closed: you are no longer in this team (or signed out). Log in again"
 
 
 @pytest.fixture
