@@ -3,9 +3,10 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.urls import URLPattern, URLResolver, include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from apps.accounts.views import LoginView
+from apps.core.views import api_not_found
 from kope_web.api import api, method_refused_as_json
 
 NINJA_DOC_VIEWS = {"openapi-json", "openapi-view", "api-root"}
@@ -40,6 +41,7 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/", api_urls()),
+    re_path(r"^api/", login_not_required(api_not_found)),  # with DEBUG on too: JSON, not HTML
     path("", include("apps.operators.urls")),
     path("", include("apps.runs.urls")),
     path("", include("apps.memory.urls")),

@@ -4,6 +4,7 @@ a 500, and a refused request leaves nothing behind."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -150,6 +151,20 @@ def test_an_unknown_api_url_answers_in_the_api_error_format(
         "message": "No API endpoint at /api/teams/kernels/nope; /api/docs lists them.",
     }
     assert "text/html" in admin.get("/t/kernels/nope/").headers["Content-Type"]
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_api_path_with_a_slash_too_many_is_named_in_json(
+    admin: Client, settings: Any, debug: bool
+) -> None:
+    """With DEBUG on, Django's own 404 page listed every URL pattern instead."""
+    settings.DEBUG = debug
+    answer = admin.get("/api/teams/")
+    assert answer.status_code == 404 and answer.headers["Content-Type"] == "application/json"
+    assert answer.json()["error"]["message"] == (
+        "No API endpoint at /api/teams/: API paths end without a slash (/api/teams)."
+    )
+    assert Client().get("/api/teams/").status_code == 404, "answered without a login too"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonR
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template.loader import render_to_string
-from django.urls import Resolver404
+from django.urls import Resolver404, ResolverMatch, resolve
 from django.views.decorators.csrf import requires_csrf_token
 from django.views.defaults import page_not_found
 
@@ -28,11 +28,33 @@ def database_unreachable(error: BaseException | None) -> bool:
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Under /api/, an answer in the API's error format rather than the HTML page."""
     if request.path.startswith("/api/"):
-        message = f"No API endpoint at {request.path}; /api/docs lists them."
-        return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+        return api_not_found(request)
     if isinstance(exception, Resolver404):  # its message is the URL patterns tried
         exception = Resolver404(f"No page at {request.path}.")
     return page_not_found(request, exception)
+
+
+def api_not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    """A path under /api/ that names no operation, in the API's error format: also the last
+    API route, so even with DEBUG on it never shows Django's page of every URL pattern. A path
+    that names one but for its trailing slash says which."""
+    message = f"No API endpoint at {request.path}; /api/docs lists them."
+    trimmed = request.path.rstrip("/")
+    if trimmed != request.path and resolves(trimmed):
+        message = f"No API endpoint at {request.path}: API paths end without a slash ({trimmed})."
+    return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+
+
+def resolves(path: str) -> bool:
+    match = resolve_or_none(path)
+    return match is not None and match.func is not api_not_found
+
+
+def resolve_or_none(path: str) -> ResolverMatch | None:
+    try:
+        return resolve(path)
+    except Resolver404:
+        return None
 
 
 @requires_csrf_token

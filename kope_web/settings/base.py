@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "ninja",  # its Swagger UI from its static files, not a CDN (the CSP allows only this server)
     "channels",
     "channels_postgres",
     "django_htmx",

@@ -123,3 +123,24 @@ def test_a_branch_expanded_after_leaving_the_team_says_not_found(
             "A request was refused (404 Not Found): No API endpoint at /api/none; /api/docs "
             "lists them."
         )
+
+
+def test_the_api_docs_work_offline_under_the_content_security_policy(
+    engineer: Membership, chromium: Browser
+) -> None:
+    """Swagger UI came from a CDN, which the CSP blocks (and an offline host cannot reach):
+    the page was blank. Every request it makes now stays on this server."""
+    with daphne(process_env("single-machine")) as url:
+        page = chromium.new_page()
+        errors = script_errors(page)
+        elsewhere: list[str] = []
+        page.on("request", lambda r: None if r.url.startswith(url) else elsewhere.append(r.url))
+        log_in(page, url, engineer, "/api/docs")
+
+        expect(page.locator(".opblock-summary-path").first).to_be_visible(timeout=15_000)
+        assert page.locator(".opblock").count() > 20  # every operation, listed by tag
+        assert errors == [] and elsewhere == []
+        answer = page.request.get(f"{url}/api/teams/")  # a slash too many
+        assert answer.status == 404 and answer.json()["error"]["message"] == (
+            "No API endpoint at /api/teams/: API paths end without a slash (/api/teams)."
+        )
