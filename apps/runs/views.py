@@ -141,9 +141,24 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
         "first_shown": events[0].seq if events else 0,
         "chart": chart, "chart_rows": chart["attempts"].get(chart["operator"], []),
         "token_budget": config.budgets.tokens * len(config.operators),
+        "controls": session_controls(session.status),
         **context_composition(session),
     }  # fmt: skip
     return render(request, "runs/session_detail.html", context)
+
+
+# The statuses each control acts in (apps/runs/services.py refuses it in any other); the page
+# disables the others, and session-live.js keeps that so as the status changes.
+CONTROLS = {
+    "pause": ("Pause", ("queued", "running")),
+    "resume": ("Resume", ("paused",)),
+    "stop": ("Stop", ("queued", "running", "paused")),
+}
+
+
+def session_controls(status: str) -> list[dict[str, object]]:
+    return [{"action": action, "label": label, "allowed_in": " ".join(statuses),
+             "enabled": status in statuses} for action, (label, statuses) in CONTROLS.items()]  # fmt: skip
 
 
 def latency_chart(

@@ -60,6 +60,9 @@
     if (!value || !status) return;
     status.textContent = value;
     status.className = `status status-${value}`;
+    for (const control of document.querySelectorAll("button[data-allowed-in]")) {
+      control.disabled = !control.dataset.allowedIn.split(" ").includes(value);
+    }
   }
 
   function addTokens(usage) {

@@ -163,17 +163,27 @@ def test_the_status_follows_the_session_live_as_a_reload_shows_it(
     with live_session_page(chromium, engineer, queued) as (page, errors):
         status = page.locator("#session-status")
         expect(status).to_have_text("queued")
+        assert enabled_controls(page) == ["Pause", "Stop", "Re-run with the same settings"]
 
         in_another_thread(lambda: session_begin(queued))  # queued becomes running
         expect(page.locator('#event-log li[data-kind="session_started"]')).to_be_attached()
         expect(status).to_have_text("running")
         in_another_thread(lambda: session_pause(queued, "the API is down"))
         expect(page.locator('#event-log li[data-kind="session_paused"]')).to_be_attached()
+        # the controls follow the status live, as a reload draws them
+        expect(page.get_by_role("button", name="Pause")).to_be_disabled()
+        assert enabled_controls(page) == ["Resume", "Stop", "Re-run with the same settings"]
         live = status.evaluate("element => element.outerHTML")
         page.reload()
         assert status.evaluate("element => element.outerHTML") == live
         assert live == '<strong id="session-status" class="status status-paused">paused</strong>'
+        assert enabled_controls(page) == ["Resume", "Stop", "Re-run with the same settings"]
         assert errors == []
+
+
+def enabled_controls(page: Page) -> list[str]:
+    buttons = page.locator(".controls button:enabled")
+    return [text.strip() for text in buttons.all_inner_texts()]
 
 
 def test_a_watcher_removed_from_the_team_is_told_and_the_page_stops_reconnecting(
