@@ -149,7 +149,7 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
 
 # The statuses each control acts in (apps/runs/services.py refuses it in any other); the page
 # disables the others, and session-live.js keeps that so as the status changes.
-CONTROLS = {
+BUTTONS = {
     "pause": ("Pause", ("queued", "running")),
     "resume": ("Resume", ("paused",)),
     "stop": ("Stop", ("queued", "running", "paused")),
@@ -157,8 +157,11 @@ CONTROLS = {
 
 
 def session_controls(status: str) -> list[dict[str, object]]:
-    return [{"action": action, "label": label, "allowed_in": " ".join(statuses),
-             "enabled": status in statuses} for action, (label, statuses) in CONTROLS.items()]  # fmt: skip
+    return [
+        {"action": action, "label": label, "allowed_in": " ".join(statuses),
+         "enabled": status in statuses}
+        for action, (label, statuses) in BUTTONS.items()
+    ]  # fmt: skip
 
 
 def latency_chart(
