@@ -114,8 +114,19 @@ def measurement_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any
         left, right = a.get(key), b.get(key)
         if left is None and right is None:
             continue
-        rows.append({"label": label, "a": left, "b": right, **_delta(left, right, better)})
+        rows.append({"label": label, "a": left, "b": right, "a_text": measure_text(left),
+                     "b_text": measure_text(right), **_delta(left, right, better)})  # fmt: skip
     return rows
+
+
+def measure_text(value: Any) -> str:
+    """A count as a whole number with thousands marked (218,210,335, never 218210335.0000),
+    a ratio or a time to four significant digits; "-" for none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    if isinstance(value, int) or (value.is_integer() and abs(value) >= 1000):
+        return f"{round(value):,}"
+    return f"{value:.4g}"
 
 
 def _delta(left: Any, right: Any, better: str) -> dict[str, Any]:

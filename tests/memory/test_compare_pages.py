@@ -17,6 +17,7 @@ from apps.accounts.roles import Role
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
 from apps.devices.services import evaluation_execute, evaluation_request, kernel_source_store
+from apps.memory.compare import measure_text
 from apps.memory.journal import journal_append
 from apps.operators.builtin_suite import BUILTIN_DIR
 from apps.operators.models import OperatorVersion
@@ -179,7 +180,10 @@ def test_measured_cases_show_deltas_and_samples_and_get_profiles_on_request(
 
     html = page(engineer, team, f"a={a}&b={b}&part=profiles")
     assert "Costliest kernel lines" in html and "out[i] = a[i] + b[i];" in html
-    assert "kernel D1 miss rate" in page(engineer, team, f"a={a}&b={b}")
+    measured = page(engineer, team, f"a={a}&b={b}")
+    assert "kernel D1 miss rate" in measured
+    instructions = measured.split('<th scope="row">kernel instructions</th>', 1)[1]
+    assert re.match(r"<td>\d{1,3}(,\d{3})+</td><td>\d{1,3}(,\d{3})+</td>", instructions)
     trace_path = html.split('href="', 1)[1].split('"', 1)[0]
     download = engineer.get(trace_path)
     assert download["Content-Disposition"].startswith("attachment;")
@@ -241,3 +245,13 @@ def test_a_measure_only_one_side_has_reads_as_a_dash_on_the_other(
     table = html[start : html.index("</table>", start)]
     assert "<td></td>" not in table
     assert "<td>-</td>" in table
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(218210335, "218,210,335"), (218210335.0, "218,210,335"), (0.0123456, "0.01235"),
+     (7.869, "7.869"), (2.0, "2"), (None, "-"), ("n/a", "-"), (True, "-")],
+)  # fmt: skip
+def test_a_measure_reads_as_a_count_or_to_four_significant_digits(value: object, text: str) -> None:
+    """Counts printed as 218210335.0000 (floatformat:4 on every measure)."""
+    assert measure_text(value) == text
