@@ -68,13 +68,16 @@
     holder.setAttribute("aria-describedby", summary.id);
     summary.textContent = `${described(data.a)} ${described(data.b)}`;
     summary.hidden = false;
+    // Text in the page's own colour: Plotly's dark default is unreadable on the dark scheme.
+    const grid = { gridcolor: "rgba(128,128,128,0.3)", zerolinecolor: "rgba(128,128,128,0.6)" };
     Plotly.react(holder, traces, {
-      height: 320, margin: { l: 70, r: 20, t: 20, b: 40 },
-      xaxis: { title: { text: "timed call" } }, yaxis: { title: { text: "ms" }, rangemode: "tozero" },
+      height: 320, margin: { l: 70, r: 20, t: 20, b: 40 }, font: { color: getComputedStyle(holder).color },
+      xaxis: { title: { text: "timed call" }, ...grid }, yaxis: { title: { text: "ms" }, rangemode: "tozero", ...grid },
       legend: { orientation: "h", y: -0.2 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     }, { displayModeBar: false, responsive: true });
   }
 
   drawDiff();
   drawTimeline();
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", drawTimeline);
 })();

@@ -128,6 +128,16 @@
     if (focused) table.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
   }
 
+  // The page's own text colour, light or dark (Plotly's default is dark text, unreadable on
+  // the dark scheme's background), and a grid that reads on either.
+  function inked(layout, element, axes) {
+    layout.font = { ...(layout.font || {}), color: getComputedStyle(element).color };
+    for (const axis of axes) {
+      Object.assign(layout[axis], { gridcolor: "rgba(128,128,128,0.3)", zerolinecolor: "rgba(128,128,128,0.6)" });
+    }
+    return layout;
+  }
+
   function draw() {
     const attempts = data.attempts[operator] || [];
     const layout = {
@@ -137,6 +147,7 @@
       yaxis2: { domain: [0, 0.2], type: "category", automargin: true },
       legend: { orientation: "h", y: -0.15 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     };
+    inked(layout, holder, ["xaxis", "yaxis", "yaxis2"]);
     if (!holder.dataset.renderer) {
       tableBox.append(table);
       tableBox.hidden = false;
@@ -192,4 +203,5 @@
   }
   document.body.addEventListener("kope:event", (e) => follow(e.detail));
   draw();
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", draw);
 })();

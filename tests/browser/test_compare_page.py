@@ -62,6 +62,13 @@ def test_comparing_two_cases_shows_the_diff_the_timeline_and_profiles(
         expect(diff).to_contain_text("<script>alert('planted')</script>")  # as text
         expect(page.locator("#timeline")).to_have_attribute("data-renderer", "plotly")
         expect(page.locator("#timeline .scatterlayer .trace")).to_have_count(4)
+        inks = {}
+        for scheme in ("dark", "light"):  # the axes' text in the page's colour, redrawn
+            page.emulate_media(color_scheme=scheme)
+            ink = page.locator("#timeline").evaluate("holder => getComputedStyle(holder).color")
+            expect(page.locator("#timeline .xtick text").first).to_have_css("fill", ink)
+            inks[scheme] = ink
+        assert inks["dark"] != inks["light"]
 
         page.get_by_role("link", name="Unified").click()
         assert "view=unified" in page.url
