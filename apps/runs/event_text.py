@@ -58,9 +58,15 @@ def _finished(p: Payload) -> str:
 
 
 def _replaced(p: Payload) -> str:
-    before = f"was {_ms(p['previous_latency_ms'])}" if p.get("previous_case_id") else "the first"
+    """Said with the comparison that decided: a candidate replaces its parent when it ran faster
+    timed beside it, in one process. Its latency and the incumbent's come from evaluations
+    minutes apart, so they can read the other way ("7.869 ms, was 5.465 ms")."""
+    head = f"{p['operator']}: new incumbent, case {p['case_id']}"
+    if not p.get("previous_case_id"):
+        return f"{head}, the first correct kernel, at {_ms(p['latency_ms'])}"
     return (
-        f"{p['operator']}: new incumbent, case {p['case_id']} at {_ms(p['latency_ms'])} ({before})"
+        f"{head}: faster than its parent timed beside it ({_ms(p['latency_ms'])} here; the "
+        f"incumbent read {_ms(p['previous_latency_ms'])} in its own, earlier evaluation)"
     )
 
 
@@ -69,12 +75,21 @@ def _control(p: Payload) -> str:
     return f"{p['status']}{by}" + (f": {p['reason']}" if p.get("reason") else "")
 
 
+# What an operator starts from, as `operator_started` names it.
+STARTS = {"uploaded": "the kernel uploaded for this session",
+          "starting kernel": "its starting kernel"}  # fmt: skip
+
+
+def starting_from(start: str) -> str:
+    return STARTS.get(start, start)
+
+
 SUMMARIES: dict[str, Callable[[Payload], str]] = {
     "session_started": lambda p: (
         f"{p['policy']} policy, memory {p['memory_mode']}, "
         f"{len(p['operators'])} operator(s) on {p['target']}"
     ),
-    "operator_started": lambda p: f"{p['operator']} (from its {p['start']})",
+    "operator_started": lambda p: f"{p['operator']} started, from {starting_from(p['start'])}",
     "iteration_started": lambda p: (
         f"{p['operator']} iteration {p['iteration']} ({p['stage']}, {p['rounds_left']} rounds left)"
     ),

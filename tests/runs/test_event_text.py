@@ -26,3 +26,30 @@ def test_the_starting_kernels_lines_name_no_parent() -> None:
 
     assert event_summary("timed", timed) == "81.707 ms, 3.95x vs PyTorch eager"
     assert event_summary("case_recorded", recorded) == "iteration 0: no_change, 81.707 ms"
+
+
+def test_a_new_incumbent_says_the_side_by_side_timing_decided() -> None:
+    """ "new incumbent … at 7.869 ms (was 5.465 ms)" read as a slower kernel winning."""
+    replaced = {"operator": "gemm", "iteration": 3, "case_id": 12, "previous_case_id": 9,
+                "latency_ms": 7.869, "previous_latency_ms": 5.465}  # fmt: skip
+    first = replaced | {"previous_case_id": None, "previous_latency_ms": None}
+
+    assert event_summary("incumbent_replaced", replaced) == (
+        "gemm: new incumbent, case 12: faster than its parent timed beside it (7.869 ms here; "
+        "the incumbent read 5.465 ms in its own, earlier evaluation)"
+    )
+    assert event_summary("incumbent_replaced", first) == (
+        "gemm: new incumbent, case 12, the first correct kernel, at 7.869 ms"
+    )
+
+
+def test_an_operators_start_says_what_it_starts_from() -> None:
+    """ "operator_started row_sum (from its uploaded)" was cut short."""
+    uploaded = {"operator": "row_sum", "version_id": 1, "position": 0, "start": "uploaded"}
+
+    assert event_summary("operator_started", uploaded) == (
+        "row_sum started, from the kernel uploaded for this session"
+    )
+    assert event_summary("operator_started", uploaded | {"start": "starting kernel"}) == (
+        "row_sum started, from its starting kernel"
+    )
