@@ -166,3 +166,29 @@ def test_a_teams_own_operator_of_a_shared_slug_leaves_the_shared_ones_attempts_i
 
     assert f'data-case="{attempts["own"]}"' in page
     assert f'data-case="{attempts["shared"]}"' in page  # where its case page's link leads
+
+
+def test_a_case_whose_verdict_was_reused_names_the_case_that_measured_it(
+    team: Team, other_team: Team, viewer: Client
+) -> None:
+    """A re-run's cases showed the first run's figures (every side-by-side ratio 1.00x) with
+    nothing saying they were not measured again."""
+    version = stored_builtin("gemm")
+
+    def recorded(owner: Team) -> int:
+        session = OptimizationSession.objects.create(team=owner, target="cpu-c")
+        return journal_append(session_id=session.pk, kind="case_recorded", payload={
+            "iteration": 0, "version_id": version.pk, "target": "cpu-c",
+            "strategy": "starting kernel", "outcome": "no_change", "correct": True,
+            "parent_case_id": None, "source_sha256": kernel_source_store("int a;\n").sha256,
+            "latency_ms": 4.0, "speedup_vs_reference": 1.0,
+            "feedback": {"summary": "correct", "evaluation_id": 77}}).pk  # fmt: skip
+
+    theirs, first, again = recorded(other_team), recorded(team), recorded(team)
+
+    page = viewer.get(f"/t/{team.slug}/cases/{again}/").content.decode()
+    assert f'Reused from <a href="/t/{team.slug}/cases/{first}/">case #{first}</a>' in page
+    assert (
+        'id="verdict-reused"' not in viewer.get(f"/t/{team.slug}/cases/{first}/").content.decode()
+    )
+    assert f"case #{theirs}" not in page  # another team's case is never named
