@@ -14,9 +14,9 @@ life, so a kept vector never goes stale.
 
 Where the CPU computes bfloat16 natively (AVX512-BF16 or AMX, as oneDNN reports), the model's
 weights are held in bfloat16: its forward pass for a recall query of ~130 tokens takes about
-2.6x less time on one core of an AMD EPYC (p50 49 -> 19 ms on a busy host, 33 -> ~13 ms on a
-quiet one; float32 weights under bfloat16 autocast, which recasts them on every call, gave
-22.5 ms busy), and the unit vectors agree with float32's to a cosine of 0.9999 or better.
+2.6x less time on one core of an AMD EPYC (p50 49 -> 19 ms, side by side on a busy host;
+float32 weights under bfloat16 autocast, which recasts them on every call, 22.5 ms), and the
+unit vectors agree with float32's to a cosine of 0.9999 or better.
 Every vector goes through the same path, so a query and a stored vector of the same text are
 identical; without native bfloat16 the model stays float32.
 """
