@@ -61,8 +61,9 @@ from apps.benchmarks.sessions import (
     same_kernel,
     side_by_side,
 )
+from apps.benchmarks.tokens import context_economy
 from apps.devices.host import cpu_ticks, parallel_speedup, steal_share
-from apps.memory.models import Case
+from apps.memory.models import Case, JournalEvent
 from apps.memory.selectors import rule_candidates_overview
 from apps.operators.models import Suite
 from apps.operators.services import builtin_suite_load
@@ -109,7 +110,8 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
     host["after_learning"] = parallel_speedup()
     report.update(memory_effect=learning["memory_effect"], learning=learning,
                   rounds_saved_ratio=saved["rounds_saved_ratio"], search_saved=saved,
-                  rule_candidates=rule_candidates(team))  # fmt: skip
+                  rule_candidates=rule_candidates(team),
+                  token_economy=token_economy(sessions["read_write"]))  # fmt: skip
     report.update(host_parallel_speedup=host | {"cores": os.cpu_count() or 1},
                   host_steal_share=steal)  # fmt: skip
     report.update(team=team.slug, team_cases_before=known_before, sessions=sessions,
@@ -117,6 +119,13 @@ def kernels_benchmark(options: BenchOptions, kernels: KernelsOptions) -> dict[st
                   settings=asdict(kernels) | {"out_dir": str(kernels.out_dir or "")})  # fmt: skip
     report["files"] = write_tables(report, kernels.out_dir or default_out_dir())
     return report
+
+
+def token_economy(session_id: int) -> dict[str, Any] | None:
+    """The session's active against passive prompt tokens; None when no round assembled a
+    context (a one-round run only judges the starting kernels)."""
+    assembled = JournalEvent.objects.filter(session_id=session_id, kind="context_assembled")
+    return context_economy([session_id]) if assembled.exists() else None
 
 
 def rule_candidates(team: Team) -> dict[str, Any]:
@@ -358,7 +367,7 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines += ["", *recorded_table(report)]
     if "learning" in report:
         lines += ["", *learning_table(report["learning"]), "", search_saved_line(report)]
-        lines += ["", *rules_lines(report["rule_candidates"])]
+        lines += ["", *rules_lines(report["rule_candidates"]), "", tokens_line(report)]
     if "host_parallel_speedup" in report:
         lines += ["", host_line(report["host_parallel_speedup"])]
     if "host_steal_share" in report:
@@ -461,6 +470,18 @@ def search_saved_line(report: dict[str, Any]) -> str:
         f"{saved['rounds_first_run']} over {saved['operators_compared']} operators "
         f"({saved['operators_not_reached']} not reached): rounds_saved_ratio "
         f"{fmt(saved['rounds_saved_ratio'])}"
+    )
+
+
+def tokens_line(report: dict[str, Any]) -> str:
+    economy = report["token_economy"]
+    if economy is None:
+        return "Prompt tokens: no round assembled a context (one round judges only the start)"
+    return (
+        f"Prompt tokens, the default policy's read-write session: passive context "
+        f"{economy['passive_tokens']:,} against active {economy['active_tokens']:,} over "
+        f"{economy['iterations']} iterations: {fmt(economy['active_vs_passive_token_ratio'])}x "
+        f"fewer ({economy['setting']})"
     )
 
 

@@ -212,8 +212,13 @@ def test_the_learning_figure_holds_each_family_out_of_its_own_memory(
     assert report["rule_candidates"]["proposed"] == rules.count()
     assert {r["rule"] for r in report["rule_candidates"]["rules"]} == set(
         rules.values_list("pk", flat=True))  # fmt: skip
+    economy = report["token_economy"]
+    assert economy["sessions"] == 1 and economy["active_vs_passive_token_ratio"] > 1
+    assert economy["iterations"] == JournalEvent.objects.filter(
+        session_id=report["sessions"]["read_write"], kind="context_assembled").count()  # fmt: skip
     markdown = Path(report["files"]["markdown"]).read_text()
     assert "memory effect, learning (geomean best latency off / on" in markdown
+    assert "Prompt tokens, the default policy's read-write session: passive context" in markdown
     assert "Rule candidates after the default policy's read-write runs: " in markdown
     assert "search saved: the default policy's second run" in markdown
 
@@ -256,6 +261,7 @@ def test_an_operator_named_twice_is_measured_and_counted_once(db: None, tmp_path
                         str(tmp_path))  # fmt: skip
     assert [row["operator"] for row in report["operators"]] == [OPERATOR]
     assert report["operators_with_the_same_best_kernel"] <= 1
+    assert report["token_economy"] is None, "one round assembles no context"
 
 
 def bench_json(*args: str) -> dict[str, Any]:
