@@ -33,6 +33,10 @@ class OperatorRow:
     best_strategy_chain: str
     stop_reason: str
     tokens: int
+    # The incumbent (best_ms) is the kernel that beat its parent timed beside it; a correct
+    # case that read faster in its own evaluation but lost beside its parent is not it.
+    fastest_correct_ms: float | None = None
+    fastest_correct_case_id: int | None = None
 
     def as_result(self, mode: str) -> OperatorResult:
         return OperatorResult(
@@ -79,6 +83,7 @@ def operator_rows(
             ))  # fmt: skip
             continue
         best_ref = p.get("speedup_vs_reference")
+        fastest = fastest_correct(cases, slug)
         rows.append(OperatorRow(
             operator=slug, finished=True, correct=p.get("best_case_id") is not None,
             start_ms=p.get("start_latency_ms"), best_ms=p.get("best_latency_ms"),
@@ -89,8 +94,17 @@ def operator_rows(
             best_case_id=p.get("best_case_id"),
             best_strategy_chain=strategy_chain(by_id, p.get("best_case_id")),
             stop_reason=str(p.get("reason", "")), tokens=tokens.get(slug, 0),
+            fastest_correct_ms=fastest["latency_ms"] if fastest else None,
+            fastest_correct_case_id=fastest["id"] if fastest else None,
         ))  # fmt: skip
     return rows
+
+
+def fastest_correct(cases: list[dict[str, Any]], slug: str) -> dict[str, Any] | None:
+    """The operator's correct case with the lowest latency its own evaluation recorded."""
+    timed = [c for c in cases if c["operator"] == slug and c.get("correct")
+             and c.get("latency_ms") is not None]  # fmt: skip
+    return min(timed, key=lambda c: (c["latency_ms"], c["id"]), default=None)
 
 
 def suite_figures(rows: list[OperatorRow], *, mode: str, tokens_used: int) -> dict[str, Any]:

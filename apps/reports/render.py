@@ -67,7 +67,7 @@ CSV_COLUMNS = [
     "row", "session", "memory_mode", "operator", "case_id", "iteration", "parent_id", "strategy",
     "outcome", "correct", "latency_ms", "speedup_vs_reference", "speedup_vs_parent", "finished",
     "start_ms", "best_ms", "speedup_vs_naive", "beats_reference", "rounds_used", "rounds_to_best",
-    "best_case_id", "tokens", "stop_reason",
+    "best_case_id", "fastest_correct_ms", "fastest_correct_case_id", "tokens", "stop_reason",
 ]  # fmt: skip
 
 

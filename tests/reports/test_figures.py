@@ -6,6 +6,7 @@ import csv
 import io
 import math
 import re
+from dataclasses import asdict
 
 import pytest
 
@@ -19,6 +20,7 @@ from apps.reports.figures import (
 from apps.reports.redact import redacted, setting_secrets
 from apps.reports.render import render_csv
 from apps.reports.svg import bar_chart, latency_chart
+from apps.reports.tables import operator_table
 
 
 def finished(slug: str, start: float, best: float, vs_reference: float, case_id: int) -> dict:
@@ -135,3 +137,20 @@ def test_the_secrets_are_the_secret_settings_and_passwords_in_urls(settings) -> 
                   "broker-password-123"):  # fmt: skip
         assert value in secrets
     assert "redis://:broker-password-123@redis:6379/0" not in secrets
+
+
+def test_the_fastest_correct_case_is_shown_beside_the_incumbent_when_they_differ() -> None:
+    """The report's "best ms" was the incumbent while a faster correct case existed: one that
+    read faster in its own evaluation but lost beside its parent."""
+    latencies = [10.0, 2.0, 3.0]
+    timed = [c | {"correct": True, "latency_ms": ms}
+             for c, ms in zip(CASES[:3], latencies, strict=True)]  # fmt: skip
+    done = {"gemm": finished("gemm", 10.0, 3.0, 4.0, 3)}
+
+    (row,) = operator_rows(["gemm"], done, [*timed, CASES[3]], {})
+
+    assert (row.best_ms, row.best_case_id) == (3.0, 3)
+    assert (row.fastest_correct_ms, row.fastest_correct_case_id) == (2.0, 2)
+    table = operator_table({"operators": [asdict(row)]})
+    assert table.headers[3:5] == ["incumbent ms", "fastest correct ms"]
+    assert table.rows[0][3:5] == ["3.0000", "2.0000 (case 2)"]
