@@ -227,8 +227,22 @@ def context_composition(session: OptimizationSession) -> dict[str, Any]:
         "tiers": [{"tier": tier, "tokens": n, "percent": percent(n, payload["budget"])}
                   for tier, n in tiers.items()],
         "items": items, "decided": proposed is not None,
+        "no_proposal": proposed is None and no_proposal_follows(session, assembled),
         "hot_rules": payload.get("hot_rules", []), "cut": payload.get("cut", []),
     }}  # fmt: skip
+
+
+# After one of these, the context assembled before it will get no proposal: the policy proposed
+# nothing (the operator finished) or the session stopped, paused or ended first.
+ENDS_AN_ITERATION = ("operator_finished", "session_finished", "session_stopped", "session_paused")
+
+
+def no_proposal_follows(session: OptimizationSession, assembled: JournalEvent) -> bool:
+    if session.status in (session.Status.FINISHED, session.Status.FAILED):
+        return True
+    later = JournalEvent.objects.filter(session_id=session.pk, seq__gt=assembled.seq,
+                                        kind__in=ENDS_AN_ITERATION)  # fmt: skip
+    return later.exists()
 
 
 def percent(part: int, whole: int) -> int:

@@ -245,3 +245,29 @@ def test_the_session_page_is_drawn_from_one_moment_of_a_running_session(
     first = JournalEvent.objects.get(session_id=session.pk, kind="case_recorded",
                                      payload__iteration=0)  # fmt: skip
     assert response.context["last_seq"] == first.seq
+
+
+def test_retrieved_items_of_a_context_no_proposal_followed_are_not_left_deciding(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    """The policy proposed nothing (every strategy tried) and the operator finished: its items
+    said "deciding…" for ever."""
+    stored_builtin("relu")
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    journal_append(session_id=session.pk, kind="context_assembled", payload={
+        "operator": "relu", "iteration": 4, "tokens": 900, "budget": 12000,
+        "tokens_per_tier": {"hot": 900}, "cut": [], "hot_rules": [], "admitted": ["case:7"],
+        "shortened": [], "retrieved": [{"key": "case:7", "kind": "case", "operator": "gelu",
+                                        "similarity": 0.8, "value": 0.4}]})  # fmt: skip
+    client = client_for(Role.VIEWER)
+    context_part = f"/t/{team.slug}/sessions/{session.pk}/?part=context"
+    assert "deciding…" in client.get(context_part).content.decode()
+
+    journal_append(session_id=session.pk, kind="operator_finished", payload={
+        "operator": "relu", "reason": "every strategy that applies has been tried",
+        "rounds_used": 4, "best_case_id": None, "start_latency_ms": None,
+        "best_latency_ms": None, "speedup_vs_start": None,
+        "speedup_vs_reference": None})  # fmt: skip
+
+    context = client.get(context_part).content.decode()
+    assert "deciding…" not in context and "no proposal followed" in context
