@@ -133,9 +133,12 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
     latest = JournalEvent.objects.filter(session_id=session.pk).order_by("-seq")[:LOG_EVENTS]
     events = list(latest)[::-1]
     chart = latency_chart(session, config, request.GET.get("operator", ""))
+    operators = operator_rows(session)
     context = {
         "section": "sessions", "session": session, "config": config,
-        "operators": operator_rows(session), "can_run": membership.allows(Permission.RUN),
+        "operators": operators, "can_run": membership.allows(Permission.RUN),
+        "none_correct": session.status == session.Status.FINISHED
+        and not any(row["best"] for row in operators),
         "events": [(e, event_summary(e.kind, e.payload), case_of(e)) for e in events],
         "last_seq": events[-1].seq if events else 0,
         "first_shown": events[0].seq if events else 0,

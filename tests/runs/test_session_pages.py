@@ -271,3 +271,21 @@ def test_retrieved_items_of_a_context_no_proposal_followed_are_not_left_deciding
 
     context = client.get(context_part).content.decode()
     assert "deciding…" not in context and "no proposal followed" in context
+
+
+def test_a_finished_session_whose_operators_all_failed_says_so_beside_its_status(
+    team: Team, client_for: Callable[[Role], Client]
+) -> None:
+    """Its only operator failed, and the page showed a green "finished" and nothing else."""
+    stored_builtin("relu")
+    session = session_create(team=team, user=None, operators=["relu"], start=False)
+    client = client_for(Role.VIEWER)
+    OptimizationSession.objects.filter(pk=session.pk).update(status="finished")
+
+    page = client.get(f"/t/{team.slug}/sessions/{session.pk}/").content.decode()
+
+    assert 'id="none-correct">with no correct kernel: no operator ended with one' in page
+    OptimizationSession.objects.filter(pk=session.pk).update(status="running")
+    assert (
+        "none-correct" not in client.get(f"/t/{team.slug}/sessions/{session.pk}/").content.decode()
+    )
