@@ -55,6 +55,7 @@ PRIOR_WEIGHT = 0.3
 RULE_BONUS = 0.5
 FAILURE_GAIN = -1.0
 OTHER_FAMILY_FACTOR = 0.5  # a lesson from another family of operator counts for less
+UNTRIED_SETTING_SHARE = 0.5  # of the evidence of a move's other settings (evidence_for)
 MAX_GAIN = 2.0  # ln-speedup cap, so one lucky case does not drown the rest
 
 
@@ -207,14 +208,18 @@ def evidence_for(move: str, evidence: list[Evidence], setting: str | None = None
     """The cases' weighted mean gain, shrunk toward 0 while little evidence speaks, plus the
     bonus of an approved rule that names the strategy. Given a `setting` (see setting_of),
     only the cases of that very setting speak where there are any: a dynamic schedule that
-    made a parallel loop 40x slower says little of a static one."""
+    made a parallel loop 40x slower says little of a static one. A setting no case tried
+    gets half of what the move's other settings say: a static schedule that paid speaks for
+    itself before it speaks for an untried dynamic one."""
     relevant = [e for e in evidence if speaks_for(e.move, move)]
     cases = [e for e in relevant if not e.key.startswith("rule:")]
+    share = 1.0
     if setting is not None:
-        cases = [e for e in cases if e.setting == setting] or cases
+        tried = [e for e in cases if e.setting == setting]
+        cases, share = (tried, 1.0) if tried else (cases, UNTRIED_SETTING_SHARE)
     mean = sum(e.says for e in cases) / (1.0 + sum(e.weight for e in cases))
     ruled = any(e.key.startswith("rule:") for e in relevant)
-    return mean + (RULE_BONUS if ruled else 0.0)
+    return share * mean + (RULE_BONUS if ruled else 0.0)
 
 
 def prior_order(features: frozenset[str]) -> tuple[str, ...]:
