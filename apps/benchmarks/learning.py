@@ -78,15 +78,15 @@ def learning_team() -> Team:
                                slug=f"bench-learning-{time.time_ns()}")  # fmt: skip
 
 
-def rounds_to_reach(latencies: list[float | None], incumbents: list[Case | None],
-                    target: Case, rounds: int) -> int:  # fmt: skip
+def rounds_to_reach(incumbents: list[Case | None], target: Case, rounds: int) -> int:
     """The first round (1-based) whose incumbent is `target`'s kernel or at least as fast as
     `target` was recorded; `rounds` + 1 when none is."""
-    for number, (latency, incumbent) in enumerate(zip(latencies, incumbents, strict=True), 1):
+    for number, incumbent in enumerate(incumbents, 1):
         if incumbent is not None and (
             same_kernel(incumbent, target)
-            or (latency is not None and target.latency_ms and latency <= target.latency_ms)
-        ):
+            or (incumbent.latency_ms is not None and target.latency_ms
+                and incumbent.latency_ms <= target.latency_ms)
+        ):  # fmt: skip
             return number
     return rounds + 1
 
@@ -100,10 +100,9 @@ def search_saved(first_id: int, second_id: int, slugs: list[str], rounds: int) -
         if best is None or not best.iteration:
             continue  # no correct kernel, or the start was the best: nothing to reach
         incumbents = incumbents_by_round(second_id, slug, rounds)
-        latencies = [case.latency_ms if case else None for case in incumbents]
         per_operator[slug] = {
             "first_run": best.iteration,
-            "second_run": rounds_to_reach(latencies, incumbents, best, rounds),
+            "second_run": rounds_to_reach(incumbents, best, rounds),
         }
     first = sum(r["first_run"] for r in per_operator.values())
     second = sum(r["second_run"] for r in per_operator.values())

@@ -212,18 +212,18 @@ def case_page(request: HttpRequest, membership: Membership, case_id: int) -> Htt
         "path": path_to(case), "children": case.children.order_by("iteration", "pk"),
         "context_record": context_event.payload if context_event else None,
         "failing": [c for c in case.validation.get("cases", []) if not c.get("passed")],
-        "reused_from": verdict_first_recorded_by(case),
+        "reused_from": verdict_first_recorded_by(case, membership.team),
     }  # fmt: skip
     return render(request, "memory/case.html", context)
 
 
-def verdict_first_recorded_by(case: Case) -> Case | None:
+def verdict_first_recorded_by(case: Case, team: Team) -> Case | None:
     """The team's earlier case whose verdict this one reused: the same source judged under the
     same settings is not measured again (a re-run's cases read every figure from the first
     run's), so their side-by-side ratios are the first run's too."""
     evaluation_id = case.feedback.get("evaluation_id")
     if not isinstance(evaluation_id, int):
         return None
-    earlier = Case.objects.filter(session__team_id=case.session.team_id, pk__lt=case.pk,
+    earlier = Case.objects.filter(session__team=team, pk__lt=case.pk,
                                   feedback__evaluation_id=evaluation_id)  # fmt: skip
     return earlier.order_by("pk").first()

@@ -162,6 +162,15 @@ def _locked(session: OptimizationSession, user: AnyUser | None) -> OptimizationS
     return OptimizationSession.objects.select_for_update().get(pk=session.pk)
 
 
+# The statuses each control acts in; in any other it is refused. The session page disables
+# a control outside them.
+ACTS_IN = {
+    "pause": (STATUS.QUEUED, STATUS.RUNNING),
+    "resume": (STATUS.PAUSED,),
+    "stop": (STATUS.QUEUED, STATUS.RUNNING, STATUS.PAUSED),
+}
+
+
 def _actor(user: AnyUser | None) -> str:
     return user.get_username() if user is not None and user.is_authenticated else "system"
 
@@ -170,7 +179,7 @@ def _actor(user: AnyUser | None) -> str:
 def session_pause(*, session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:
     """The iteration in flight finishes; no further one starts until it is resumed."""
     locked = _locked(session, user)
-    if locked.status not in (STATUS.QUEUED, STATUS.RUNNING):
+    if locked.status not in ACTS_IN["pause"]:
         raise Conflict(f"a {locked.status} session cannot be paused")
     locked.status, locked.status_reason = STATUS.PAUSED, f"paused by {_actor(user)}"
     locked.save(update_fields=["status", "status_reason"])
@@ -182,7 +191,7 @@ def session_pause(*, session: OptimizationSession, user: AnyUser | None) -> Opti
 @transaction.atomic
 def session_resume(*, session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:
     locked = _locked(session, user)
-    if locked.status != STATUS.PAUSED:
+    if locked.status not in ACTS_IN["resume"]:
         raise Conflict(f"a {locked.status} session cannot be resumed")
     locked.status, locked.status_reason = STATUS.RUNNING, ""
     locked.save(update_fields=["status", "status_reason"])
@@ -196,7 +205,7 @@ def session_resume(*, session: OptimizationSession, user: AnyUser | None) -> Opt
 def session_stop(*, session: OptimizationSession, user: AnyUser | None) -> OptimizationSession:
     """A running session finishes the iteration in flight, then stops; others stop now."""
     locked = _locked(session, user)
-    if locked.status in (STATUS.FINISHED, STATUS.FAILED, STATUS.STOPPING):
+    if locked.status not in ACTS_IN["stop"]:
         raise Conflict(f"the session is already {locked.status}")
     reason = f"stopped by {_actor(user)}"
     journal_append(session_id=locked.pk, kind="session_stopped",

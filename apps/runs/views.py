@@ -25,6 +25,7 @@ from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
 from apps.runs.models import OptimizationSession, with_journals
 from apps.runs.services import (
+    ACTS_IN,
     default_budgets,
     session_create,
     session_pause,
@@ -150,20 +151,16 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
     return render(request, "runs/session_detail.html", context)
 
 
-# The statuses each control acts in (apps/runs/services.py refuses it in any other); the page
-# disables the others, and session-live.js keeps that so as the status changes.
-BUTTONS = {
-    "pause": ("Pause", ("queued", "running")),
-    "resume": ("Resume", ("paused",)),
-    "stop": ("Stop", ("queued", "running", "paused")),
-}
+BUTTON_LABELS = {"pause": "Pause", "resume": "Resume", "stop": "Stop"}
 
 
 def session_controls(status: str) -> list[dict[str, object]]:
+    """Each control, enabled only in the statuses it acts in (session-live.js keeps that so
+    as the status changes)."""
     return [
-        {"action": action, "label": label, "allowed_in": " ".join(statuses),
+        {"action": action, "label": BUTTON_LABELS[action], "allowed_in": " ".join(statuses),
          "enabled": status in statuses}
-        for action, (label, statuses) in BUTTONS.items()
+        for action, statuses in ACTS_IN.items()
     ]  # fmt: skip
 
 
