@@ -295,8 +295,10 @@ def run_profile(
     with (data_dir / f"locust-{name}.log").open("wb") as log:
         locust = subprocess.Popen([sys.executable, "-m", "locust", *args], cwd=ROOT, env=env,
                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-        usage, before = Usage(stack), resource.getrusage(resource.RUSAGE_CHILDREN)
+        # From here locust is ours to end: a SIGTERM (raised here as KeyboardInterrupt) while
+        # Usage read its first figures left it running, orphaned.
         try:
+            usage, before = Usage(stack), resource.getrusage(resource.RUSAGE_CHILDREN)
             locust.wait(timeout=seconds + 120)
         finally:
             if locust.poll() is None:  # the run was stopped, or locust outlived its time
