@@ -92,6 +92,10 @@ PAGES = [
         {"a": "{case_id}", "b": "{case_id}"},
     ),
     Endpoint("profile-trace", "get", "/t/{team}/profiles/{profile_id}/trace.json", Permission.VIEW),
+    Endpoint("profile", "get", "/t/{team}/profiles/{profile_id}/", Permission.VIEW),
+    Endpoint(
+        "case-measure-again", "post", "/t/{team}/cases/{case_id}/measure-again/", Permission.RUN
+    ),
     Endpoint("review", "get", "/t/{team}/review/", Permission.VIEW),
     Endpoint("rule", "get", "/t/{team}/review/{rule_id}/", Permission.VIEW),
     Endpoint(
@@ -206,6 +210,18 @@ API = [
         "/api/teams/{team}/profiles/{profile_id}/trace",
         Permission.VIEW,
     ),
+    Endpoint(
+        "api:case_measurements",
+        "get",
+        "/api/teams/{team}/cases/{case_id}/measurements",
+        Permission.VIEW,
+    ),
+    Endpoint(
+        "api:measure_case_again",
+        "post",
+        "/api/teams/{team}/cases/{case_id}/measurements",
+        Permission.RUN,
+    ),
     Endpoint("api:list_exports", "get", "/api/teams/{team}/exports", Permission.VIEW),
     Endpoint(
         "api:create_export",
@@ -314,9 +330,12 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
                         wording=Wording("Tile the k loop", "matmul-like loops"))  # fmt: skip
     session = session_create(team=team, user=None, operators=["relu"], start=False)
     journal_append(session_id=session.pk, kind="session_note", payload={"text": "a note"})
+    timed, _ = evaluation_request(version=relu, source_text="int x;", team=team,
+                                  options=EvalSettings())  # fmt: skip
     case = journal_append(session_id=session.pk, kind="case_recorded", payload={
         "iteration": 0, "version_id": relu.pk, "target": "cpu-c", "strategy": "starting kernel",
-        "outcome": "no_change", "correct": True})  # fmt: skip
+        "outcome": "no_change", "correct": True, "source_sha256": timed.source.sha256,
+        "feedback": {"evaluation_id": timed.pk}})  # fmt: skip
     paused = session_create(team=team, user=None, operators=["relu"], start=False)
     session_pause(session=paused, user=None)
     evaluation, _ = evaluation_request(version=relu, source_text="int x;", team=team,

@@ -17,7 +17,7 @@ from ninja.pagination import paginate
 from apps.accounts.models import Team
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
-from apps.core.errors import DomainError, NotFound
+from apps.core.errors import Conflict, DomainError, NotFound
 from apps.core.pagination import LimitOffset
 from apps.memory import selectors
 from apps.memory.compare import measurement_rows, unified_diff_text
@@ -25,6 +25,7 @@ from apps.memory.compare_views import side_of
 from apps.memory.forest import load_forest
 from apps.memory.knowledge import Filters, Result, knowledge_search
 from apps.memory.models import Case
+from apps.memory.remeasure import Measurement, measure_again, measurements_again
 
 router = Router(tags=["cases"])
 
@@ -201,6 +202,44 @@ def profile_trace(request: HttpRequest, slug: str, profile_id: int) -> Any:
     if profile is None:
         raise NotFound(f"No profile {profile_id}.")
     return HttpResponse(json.dumps(profile.trace), content_type="application/json")
+
+
+class MeasurementAgainOut(Schema):
+    evaluation: int
+    number: int = Field(..., description="1 for the first measurement again, and so on")
+    status: str = Field(..., description="queued, running, done or failed")
+    median_ms: float | None
+    speedup_vs_reference: float | None
+    vs_parent: float | None = Field(None, description="timed beside its parent kernel")
+    error: str
+    created_at: datetime
+
+
+def measurement_out(measurement: Measurement) -> dict[str, Any]:
+    evaluation = measurement.evaluation
+    return {"evaluation": evaluation.pk, "number": measurement.number,
+            "status": evaluation.status, "median_ms": measurement.median_ms,
+            "speedup_vs_reference": measurement.speedup_vs_reference,
+            "vs_parent": measurement.vs_parent, "error": evaluation.error,
+            "created_at": evaluation.created_at}  # fmt: skip
+
+
+@router.get("/teams/{slug}/cases/{case_id}/measurements", response=list[MeasurementAgainOut])
+def case_measurements(request: HttpRequest, slug: str, case_id: int) -> Any:
+    """The case's kernel measured again under its verdict's settings, latest first."""
+    team = viewable_team(request, slug)
+    return [measurement_out(m) for m in measurements_again(team, team_case(team, case_id))]
+
+
+@router.post("/teams/{slug}/cases/{case_id}/measurements", response={202: MeasurementAgainOut})
+def measure_case_again(request: HttpRequest, slug: str, case_id: int) -> Any:
+    """Queue the case's kernel to be measured again (one under way is answered instead); the
+    case's verdict and figures stay the first measurement's."""
+    team = membership_for(request.user, slug, Permission.RUN).team
+    case = team_case(team, case_id)
+    if measure_again(team, case, request.user) is None:
+        raise Conflict(f"Case {case_id} was never timed: there is nothing to measure again.")
+    return 202, measurement_out(measurements_again(team, case)[0])
 
 
 class KnowledgeHitOut(Schema):

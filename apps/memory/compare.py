@@ -137,30 +137,3 @@ def _delta(left: Any, right: Any, better: str) -> dict[str, Any]:
         return {"change": change, "verdict": "same"}
     improved = change < 0 if better == "lower" else change > 0
     return {"change": change, "verdict": "better" if improved else "worse"}
-
-
-def line_costs_side_by_side(a: dict[str, Any] | None, b: dict[str, Any] | None,
-                            limit: int = 15) -> dict[str, Any]:  # fmt: skip
-    """The costliest kernel lines of each profile (by instructions), with their cache misses
-    and share of the kernel's instructions, for two columns."""
-    return {"a": _top_lines(a, limit), "b": _top_lines(b, limit)}
-
-
-def _top_lines(profile: dict[str, Any] | None, limit: int) -> list[dict[str, Any]]:
-    if not profile:
-        return []
-    lines = profile.get("lines", [])
-    total = sum(line.get("Ir", 0) for line in lines) or 1
-    ranked = sorted(lines, key=lambda line: line.get("Ir", 0), reverse=True)[:limit]
-    return [_line_cost(line, total) for line in ranked]
-
-
-def _line_cost(line: dict[str, Any], total: int) -> dict[str, Any]:
-    return {
-        "line": line["line"],
-        "source": line.get("source", ""),
-        "ir": line.get("Ir", 0),
-        "share": line.get("Ir", 0) / total,
-        "d1_misses": line.get("D1mr", 0) + line.get("D1mw", 0),
-        "ll_misses": line.get("DLmr", 0) + line.get("DLmw", 0),
-    }

@@ -8,7 +8,6 @@ Chrome Trace JSON for Perfetto.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,16 +22,11 @@ from apps.accounts.roles import Permission
 from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation, Profile
 from apps.devices.services import evaluation_start
-from apps.memory.compare import (
-    diff_rows,
-    line_costs_side_by_side,
-    measurement_rows,
-    unified_diff_text,
-    unified_rows,
-)
+from apps.memory.compare import diff_rows, measurement_rows, unified_diff_text, unified_rows
 from apps.memory.forest_views import as_int
 from apps.memory.models import Case
-from apps.memory.selectors import team_case, team_profile
+from apps.memory.profiles import line_costs_side_by_side
+from apps.memory.selectors import case_evaluation, team_case
 
 PENDING = (Evaluation.Status.QUEUED, Evaluation.Status.RUNNING)
 DIFF2HTML_FORMATS = {"split": "side-by-side", "unified": "line-by-line"}
@@ -59,14 +53,6 @@ class Side:
         return {"latency_ms": self.case.latency_ms,
                 "speedup_vs_reference": self.case.speedup_vs_reference,
                 "speedup_vs_parent": self.case.speedup_vs_parent, **derived}  # fmt: skip
-
-
-def case_evaluation(team: Team, case: Case) -> Evaluation | None:
-    """The evaluation the case's verdict came from (its id is in the case's feedback)."""
-    evaluation_id = case.feedback.get("evaluation_id")
-    if not isinstance(evaluation_id, int):
-        return None
-    return Evaluation.objects.filter(team=team, pk=evaluation_id).first()
 
 
 def profile_evaluations(team: Team, case: Case) -> Any:
@@ -201,14 +187,3 @@ def profile_settings(team: Team, case: Case) -> EvalSettings:
     return replace(measured_with, seeds=1, profile=True, debug=False,
                    extra_flags=tuple(measured_with.extra_flags), baseline_sha256="",
                    baseline_flags=())  # fmt: skip
-
-
-@team_view()
-def profile_trace(request: HttpRequest, membership: Membership, profile_id: int) -> HttpResponse:
-    """A profile as Chrome Trace JSON (opens in Perfetto and chrome://tracing)."""
-    profile = team_profile(membership.team, profile_id)
-    if profile is None:
-        raise Http404(f"No profile {profile_id}.")
-    response = HttpResponse(json.dumps(profile.trace), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="kope-profile-{profile.pk}.json"'
-    return response

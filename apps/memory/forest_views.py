@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from apps.accounts.access import team_view
 from apps.accounts.models import Membership, Team
+from apps.accounts.roles import Permission
 from apps.core.code_html import c_code_html
 from apps.memory import selectors as memory_selectors
 from apps.memory.forest import (
@@ -28,6 +31,7 @@ from apps.memory.forest import (
     team_forest,
 )
 from apps.memory.models import Case, JournalEvent
+from apps.memory.remeasure import measure_again, measured_settings, measurements_again
 from apps.operators import selectors
 
 FAILED = {"compile_error", "incorrect", "crashed", "timed_out", "rejected"}
@@ -213,8 +217,32 @@ def case_page(request: HttpRequest, membership: Membership, case_id: int) -> Htt
         "context_record": context_event.payload if context_event else None,
         "failing": [c for c in case.validation.get("cases", []) if not c.get("passed")],
         "reused_from": verdict_first_recorded_by(case, membership.team),
+        **measuring_again(membership, case),
     }  # fmt: skip
+    if request.GET.get("part") == "measurements":  # polled while a measurement is under way
+        return render(request, "memory/case.html#measurements", context)
     return render(request, "memory/case.html", context)
+
+
+def measuring_again(membership: Membership, case: Case) -> dict[str, Any]:
+    measurements = measurements_again(membership.team, case)
+    return {"measurements": measurements,
+            "measuring": any(m.pending for m in measurements),
+            "can_measure": (membership.allows(Permission.RUN)
+                            and measured_settings(membership.team, case) is not None)}  # fmt: skip
+
+
+@require_POST
+@team_view(Permission.RUN)
+def case_measure_again(request: HttpRequest, membership: Membership, case_id: int) -> HttpResponse:
+    """Queue the case's kernel to be measured again under its verdict's settings."""
+    case = team_case(membership, case_id)
+    if measure_again(membership.team, case, request.user) is None:
+        return HttpResponse("This case was never timed: there is nothing to measure again.",
+                            status=409, content_type="text/plain")  # fmt: skip
+    return redirect(
+        f"{reverse('case', kwargs={'team': membership.team.slug, 'case_id': case.pk})}#measurements"
+    )
 
 
 def verdict_first_recorded_by(case: Case, team: Team) -> Case | None:

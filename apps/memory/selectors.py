@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from apps.accounts.models import Team
-from apps.devices.models import Profile
+from apps.devices.models import Evaluation, Profile
 from apps.memory.keys import id_in_key, rule_key
 from apps.memory.models import Case, JournalEvent, MemoryVector, Rule
 
@@ -117,3 +117,11 @@ def rule_candidates_overview(team: Team) -> list[dict[str, Any]]:
                          "status": rule.status, "operators": len(operators),
                          "sources": sources})  # fmt: skip
     return overview
+
+
+def case_evaluation(team: Team, case: Case) -> Evaluation | None:
+    """The evaluation the case's verdict came from (its id is in the case's feedback)."""
+    evaluation_id = case.feedback.get("evaluation_id")
+    if not isinstance(evaluation_id, int):
+        return None
+    return Evaluation.objects.filter(team=team, pk=evaluation_id).first()

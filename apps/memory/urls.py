@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.memory import compare_views, forest_views, knowledge_views, views
+from apps.memory import compare_views, forest_views, knowledge_views, profile_views, views
 
 urlpatterns = [
     path("t/<slug:team>/forest/", forest_views.forest_page, name="forest"),
@@ -12,11 +12,17 @@ urlpatterns = [
         name="forest-children",
     ),
     path("t/<slug:team>/cases/<int:case_id>/", forest_views.case_page, name="case"),
+    path(
+        "t/<slug:team>/cases/<int:case_id>/measure-again/",
+        forest_views.case_measure_again,
+        name="case-measure-again",
+    ),
     path("t/<slug:team>/compare/", compare_views.compare_page, name="compare"),
     path("t/<slug:team>/compare/profile/", compare_views.compare_profile, name="compare-profile"),
+    path("t/<slug:team>/profiles/<int:profile_id>/", profile_views.profile_page, name="profile"),
     path(
         "t/<slug:team>/profiles/<int:profile_id>/trace.json",
-        compare_views.profile_trace,
+        profile_views.profile_trace,
         name="profile-trace",
     ),
     path("t/<slug:team>/review/", views.review_queue, name="review"),

@@ -56,7 +56,7 @@
     const holder = document.getElementById("timeline");
     const summary = document.getElementById("timeline-summary");
     const data = json("timeline-data");
-    if (!holder || !summary || !data || !window.Plotly) return;
+    if (!holder || !summary || !data || !window.Plotly || !window.kopeCharts) return;
     const calls = Math.max(data.a.samples_ms.length, data.b.samples_ms.length);
     const traces = [sampleTrace(data.a, "#0a58ca"), sampleTrace(data.b, "#cf222e")];
     if (data.a.reference_median_ms) traces.push(referenceLine(data.a, "#0a58ca", calls));
@@ -68,13 +68,13 @@
     holder.setAttribute("aria-describedby", summary.id);
     summary.textContent = `${described(data.a)} ${described(data.b)}`;
     summary.hidden = false;
-    // Text in the page's own colour: Plotly's dark default is unreadable on the dark scheme.
-    const grid = { gridcolor: "rgba(128,128,128,0.3)", zerolinecolor: "rgba(128,128,128,0.6)" };
-    Plotly.react(holder, traces, {
-      height: 320, margin: { l: 70, r: 20, t: 20, b: 40 }, font: { color: getComputedStyle(holder).color },
-      xaxis: { title: { text: "timed call" }, ...grid }, yaxis: { title: { text: "ms" }, rangemode: "tozero", ...grid },
+    const layout = {
+      height: 320, margin: { l: 70, r: 20, t: 20, b: 40 },
+      xaxis: { title: { text: "timed call" } }, yaxis: { title: { text: "ms" }, rangemode: "tozero" },
       legend: { orientation: "h", y: -0.2 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-    }, { displayModeBar: false, responsive: true });
+    };
+    window.kopeCharts.inked(layout, holder, ["xaxis", "yaxis"]);
+    Plotly.react(holder, traces, layout, { displayModeBar: false, responsive: true });
   }
 
   drawDiff();

@@ -10,7 +10,7 @@
   const summary = document.getElementById("latency-summary");
   const tableBox = document.getElementById("latency-table");
   const table = holder && holder.querySelector("table");
-  if (!holder || !dataNode || !summary || !tableBox || !table || !window.Plotly) return;
+  if (!holder || !dataNode || !summary || !tableBox || !table || !window.Plotly || !window.kopeCharts) return;
   const data = JSON.parse(dataNode.textContent);
   const select = document.getElementById("chart-operator");
   let operator = data.operator;
@@ -128,26 +128,17 @@
     if (focused) table.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
   }
 
-  // The page's own text colour, light or dark (Plotly's default is dark text, unreadable on
-  // the dark scheme's background), and a grid that reads on either.
-  function inked(layout, element, axes) {
-    layout.font = { ...(layout.font || {}), color: getComputedStyle(element).color };
-    for (const axis of axes) {
-      Object.assign(layout[axis], { gridcolor: "rgba(128,128,128,0.3)", zerolinecolor: "rgba(128,128,128,0.6)" });
-    }
-    return layout;
-  }
-
   function draw() {
     const attempts = data.attempts[operator] || [];
     const layout = {
       height: 360, margin: { l: 70, r: 20, t: 30, b: 40 }, title: { text: plain(operator), font: { size: 14 } },
       xaxis: { title: { text: "iteration" }, anchor: "y2", rangemode: "tozero", dtick: attempts.length > 20 ? 5 : 1 },
-      yaxis: { title: { text: "latency (ms)" }, type: "log", domain: [0.3, 1] },
+      yaxis: { title: { text: "latency (ms)" }, domain: [0.3, 1],
+               ...window.kopeCharts.logAxis(attempts.map((a) => (a.correct ? a.latency_ms : 0))) },
       yaxis2: { domain: [0, 0.2], type: "category", automargin: true },
       legend: { orientation: "h", y: -0.15 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     };
-    inked(layout, holder, ["xaxis", "yaxis", "yaxis2"]);
+    window.kopeCharts.inked(layout, holder, ["xaxis", "yaxis", "yaxis2"]);
     if (!holder.dataset.renderer) {
       tableBox.append(table);
       tableBox.hidden = false;

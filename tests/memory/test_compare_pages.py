@@ -184,7 +184,7 @@ def test_measured_cases_show_deltas_and_samples_and_get_profiles_on_request(
     assert "kernel D1 miss rate" in measured
     instructions = measured.split('<th scope="row">kernel instructions</th>', 1)[1]
     assert re.match(r"<td>\d{1,3}(,\d{3})+</td><td>\d{1,3}(,\d{3})+</td>", instructions)
-    trace_path = html.split('href="', 1)[1].split('"', 1)[0]
+    trace_path = re.findall(r'href="([^"]*/trace\.json)"', html)[0]
     download = engineer.get(trace_path)
     assert download["Content-Disposition"].startswith("attachment;")
     trace = json.loads(download.content)
@@ -192,6 +192,15 @@ def test_measured_cases_show_deltas_and_samples_and_get_profiles_on_request(
     assert any(e["ph"] == "C" for e in trace["traceEvents"])  # the cachegrind counters
     outsider_path = trace_path.replace(f"/t/{team.slug}/", f"/t/{other_team.slug}/")
     assert admin_of(other_team).get(outsider_path).status_code == 404
+
+    profile_path = trace_path.removesuffix("trace.json")  # its page: calls and costs drawn
+    assert f'href="{profile_path}"' in html
+    profile = engineer.get(profile_path).content.decode()
+    assert f"The {OPTIONS.repeats} timed calls, in order" in profile
+    functions = profile.split('class="compact function-costs"', 1)[1]
+    assert re.search(r"<code>kope_kernel</code></td><td>\d{1,3}(,\d{3})+</td>", functions)
+    assert "other (" in functions and "out[i] = a[i] + b[i];" in profile
+    assert admin_of(other_team).get(outsider_path.removesuffix("trace.json")).status_code == 404
 
 
 @needs_valgrind

@@ -16,6 +16,7 @@ TARGET = "cpu-c"
 # What one evaluation may ask for; the KOPE_EVAL_* settings have the same bounds.
 EVAL_BOUNDS: dict[str, tuple[int, int]] = {
     "seeds": (1, 20), "warmup": (0, 1000), "repeats": (1, 100_000), "threads": (1, 1024),
+    "measurement": (0, 1_000_000),
 }  # fmt: skip
 
 
@@ -37,6 +38,9 @@ class EvalSettings:
     # it in the same process, so the two compare under the same conditions.
     baseline_sha256: str = ""
     baseline_flags: tuple[str, ...] = ()
+    # 0 for the first measurement under these settings, which every later ask reuses; n for
+    # the n-th asked for again on purpose (a stored verdict is never overwritten).
+    measurement: int = 0
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> EvalSettings:
@@ -55,6 +59,8 @@ class EvalSettings:
         data = asdict(self)
         if not self.baseline_sha256:  # so settings stored before baselines keep their key
             del data["baseline_sha256"], data["baseline_flags"]
+        if not self.measurement:  # likewise for settings stored before measurements again
+            del data["measurement"]
         return data
 
     def check(self) -> None:
