@@ -447,7 +447,8 @@ def test_the_index_serves_filtered_searches_and_a_starved_one_falls_back_to_a_sc
 def test_the_retrieval_benchmark_command_reports_finite_positive_numbers(db: None) -> None:
     out = StringIO()
 
-    call_command("bench", "retrieval", "--json", "--cases", "2000", stdout=out, stderr=StringIO())
+    call_command("bench", "retrieval", "--json", "--cases", "2000", "--quick", stdout=out,
+                 stderr=StringIO())  # fmt: skip
 
     report = json.loads(out.getvalue())
     for key in ("retrieval_p50_ms", "retrieval_p95_ms", "context_assembly_ms",
