@@ -15,6 +15,7 @@ logger = logging.getLogger(__name__)
 class EventKind(StrEnum):
     WORKER_ALIVE = "worker.alive"
     SESSION_EVENT = "session.event"
+    QUEUE_MOVED = "queue.moved"
 
 
 class WorkerAlive(TypedDict):
@@ -35,7 +36,14 @@ class SessionEvent(TypedDict):
     case: int | None  # the Case a `case_recorded` event made (its id is the event's)
 
 
-EventPayload = WorkerAlive | SessionEvent
+class QueueMoved(TypedDict):
+    """To a queued session's watchers: the line moved (a session started, paused or ended);
+    its page asks again where the session stands."""
+
+    session: int
+
+
+EventPayload = WorkerAlive | SessionEvent | QueueMoved
 
 
 def team_group(team_id: int) -> str:

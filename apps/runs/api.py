@@ -21,6 +21,7 @@ from apps.memory.journal import case_of, events_since
 from apps.memory.models import JournalEvent
 from apps.runs.config import Measurement
 from apps.runs.models import OptimizationSession, with_journals
+from apps.runs.queue import Line, line_now, queue_place
 from apps.runs.services import (
     default_budgets,
     session_create,
@@ -79,6 +80,11 @@ class SessionOut(Schema):
     tokens_used: int
     last_seq: int
     rerun_of: int | None
+    queue_position: int | None = Field(
+        None, description="While queued: its place in the host's line of queued sessions, 1 "
+        "for the next to start (null otherwise, or when it was not sent to the workers)."
+    )  # fmt: skip
+    queue_reason: str = Field("", description="While queued: why it waits.")
     created_by: str | None
     created_at: datetime
     finished_at: datetime | None
@@ -96,14 +102,17 @@ class EventOut(Schema):
         return case_of(event)
 
 
-def session_out(session: OptimizationSession) -> dict[str, Any]:
+def session_out(session: OptimizationSession, line: Line | None = None) -> dict[str, Any]:
     fields = ["label", "status", "status_reason", "target", "policy", "memory_mode", "config",
               "created_at", "finished_at"]  # fmt: skip
     journal = session.journal
+    place = queue_place(session, line)
     return {
         "id": session.pk, **{name: getattr(session, name) for name in fields},
         "tokens_used": journal.tokens_used, "last_seq": journal.last_seq,
         "rerun_of": session.rerun_of_id,
+        "queue_position": place.position if place else None,
+        "queue_reason": place.reason if place else "",
         "created_by": session.created_by.username if session.created_by else None,
     }  # fmt: skip
 
@@ -147,7 +156,8 @@ def check_starting_kernels(kernels: dict[str, str]) -> None:
 def list_sessions(request: HttpRequest, slug: str) -> Any:
     team = membership_for(request.user, slug, Permission.VIEW).team
     sessions = OptimizationSession.objects.filter(team=team).select_related("created_by")
-    return [session_out(s) for s in with_journals(sessions)]
+    line = line_now()
+    return [session_out(s, line) for s in with_journals(sessions)]
 
 
 @router.get("/teams/{slug}/sessions/{session_id}", response=SessionOut)

@@ -8,6 +8,9 @@ already sent is dropped; one that skips ahead (a message lost while the channel 
 restarted) makes it read the gap from the journal first. So the client sees every event once,
 in order, with no holes; a lost *last* message shows with the next event or at the next
 (re)connection, which asks from the last seq the client has.
+
+While the session is queued, the line it waits in may move (apps/runs/queue.py): the client
+then gets `{"queue": "moved"}`, no seq, and asks the page again for the session's place.
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ class SessionEventsConsumer(MembersOnlyConsumer):
             await self.catch_up()  # the journal has the gap and this event
             return
         await self.deliver(event)
+
+    async def queue_moved(self, message: dict[str, Any]) -> None:
+        """Sent while the session is queued: the page asks again where it stands."""
+        if await self.still_allowed():
+            await self.send(text_data=json.dumps({"queue": "moved"}))
 
     async def may_see(self) -> bool:
         return bool(await may_watch(self.user_id, self.session_id))

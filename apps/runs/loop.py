@@ -65,6 +65,7 @@ from apps.runs.progress import (
     stop_reason,
     tried_of,
 )
+from apps.runs.queue import queue_moved
 from apps.runs.recording import proposal_record, record_case, record_verdict
 from apps.runs.tools import LoopTools
 
@@ -123,9 +124,9 @@ def session_begin(session: OptimizationSession) -> OptimizationSession:
     if step_done(session.pk, "session:started") and session.status == STATUS.RUNNING:
         return session
     config = SessionConfig.from_json(session.config)
-    OptimizationSession.objects.filter(pk=session.pk, status=STATUS.QUEUED).update(
-        status=STATUS.RUNNING
-    )
+    queued = OptimizationSession.objects.filter(pk=session.pk, status=STATUS.QUEUED)
+    if queued.update(status=STATUS.RUNNING):
+        queue_moved()  # the sessions queued behind it move up
     journal_append(session_id=session.pk, kind="session_started", step="session:started",
                    payload={"policy": config.policy, "memory_mode": config.memory_mode,
                             "operators": [e.slug for e in config.operators],
@@ -139,6 +140,7 @@ def session_finish(session: OptimizationSession, reason: str) -> None:
         OptimizationSession.objects.filter(pk=session.pk).update(
             status=STATUS.FINISHED, status_reason=reason, finished_at=timezone.now()
         )
+        queue_moved()
         journal_append(session_id=session.pk, kind="session_finished", step="session:finished",
                        payload={"status": STATUS.FINISHED, "reason": reason})  # fmt: skip
 
@@ -153,6 +155,7 @@ def session_pause(session: OptimizationSession, reason: str) -> bool:
         if paused:
             journal_append(session_id=session.pk, kind="session_paused",
                            payload={"status": STATUS.PAUSED, "reason": reason})  # fmt: skip
+            queue_moved()
     return bool(paused)
 
 

@@ -22,6 +22,7 @@ from apps.memory.journal import journal_append
 from apps.operators.selectors import operator_get, suite_get, version_get
 from apps.runs.config import Budgets, Measurement, OperatorEntry, SessionConfig, code_version
 from apps.runs.models import OptimizationSession
+from apps.runs.queue import queue_moved
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +184,7 @@ def session_pause(*, session: OptimizationSession, user: AnyUser | None) -> Opti
         raise Conflict(f"a {locked.status} session cannot be paused")
     locked.status, locked.status_reason = STATUS.PAUSED, f"paused by {_actor(user)}"
     locked.save(update_fields=["status", "status_reason"])
+    queue_moved()
     journal_append(session_id=locked.pk, kind="session_paused",
                    payload={"status": STATUS.PAUSED, "actor": _actor(user)})  # fmt: skip
     return locked
@@ -195,6 +197,7 @@ def session_resume(*, session: OptimizationSession, user: AnyUser | None) -> Opt
         raise Conflict(f"a {locked.status} session cannot be resumed")
     locked.status, locked.status_reason = STATUS.RUNNING, ""
     locked.save(update_fields=["status", "status_reason"])
+    queue_moved()
     journal_append(session_id=locked.pk, kind="session_resumed",
                    payload={"status": STATUS.RUNNING, "actor": _actor(user)})  # fmt: skip
     enqueue_advance(locked.pk)
@@ -208,6 +211,7 @@ def session_stop(*, session: OptimizationSession, user: AnyUser | None) -> Optim
     if locked.status not in ACTS_IN["stop"]:
         raise Conflict(f"the session is already {locked.status}")
     reason = f"stopped by {_actor(user)}"
+    queue_moved()
     journal_append(session_id=locked.pk, kind="session_stopped",
                    payload={"status": STATUS.STOPPING, "actor": _actor(user)})  # fmt: skip
     locked.status, locked.status_reason = STATUS.STOPPING, reason

@@ -20,10 +20,11 @@ from apps.memory.journal import case_of, incumbent_cases
 from apps.memory.models import Case, JournalEvent
 from apps.operators import selectors
 from apps.runs.config import Measurement, SessionConfig
-from apps.runs.estimate import duration_text, recent_seconds_per_evaluation, run_estimate
+from apps.runs.estimate import duration_text, measured_pace, queue_ahead, run_estimate
 from apps.runs.event_text import event_summary
 from apps.runs.forms import LaunchForm
 from apps.runs.models import OptimizationSession, with_journals
+from apps.runs.queue import line_now, queue_place
 from apps.runs.services import (
     ACTS_IN,
     default_budgets,
@@ -34,6 +35,7 @@ from apps.runs.services import (
     session_stop,
 )
 
+LAUNCH_TARGET = "cpu-c"  # the launch page's sessions run on the default target
 LOG_EVENTS = 500  # the page shows the latest ones; the API has them all
 CONTROLS = {"pause": session_pause, "resume": session_resume, "stop": session_stop}
 
@@ -43,7 +45,9 @@ def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
     sessions = OptimizationSession.objects.filter(team=membership.team).select_related("created_by")
     page = page_of(request, sessions.order_by("-created_at", "-pk"))
     page.object_list = with_journals(page.object_list)  # each row shows its tokens
-    context = {"section": "sessions", "sessions": page, "page": page,
+    line = line_now()  # a queued session's row says where it stands in line
+    rows = [(session, queue_place(session, line)) for session in page.object_list]
+    context = {"section": "sessions", "sessions": page, "rows": rows, "page": page,
                "can_run": membership.allows(Permission.RUN)}  # fmt: skip
     return render(request, "runs/session_list.html", context)
 
@@ -69,14 +73,17 @@ def launch_estimate(membership: Membership, form: LaunchForm, data: Any) -> dict
     if values.get("suite"):
         operators = selectors.suite_get(membership.team, values["suite"]).entries.count()
     budgets = default_budgets()
+    policy = values.get("policy") or "offline"
+    pace = measured_pace(team=membership.team, target=LAUNCH_TARGET, policy=policy)
     estimate = run_estimate(
-        operators=operators, rounds=values.get("rounds") or budgets.rounds,
-        policy=values.get("policy") or "offline", context_tokens=budgets.context_tokens,
-        token_budget=budgets.tokens,
-        seconds_per_evaluation=recent_seconds_per_evaluation(membership.team),
+        operators=operators, rounds=values.get("rounds") or budgets.rounds, policy=policy,
+        context_tokens=budgets.context_tokens, token_budget=budgets.tokens, pace=pace,
+        ahead=queue_ahead(pace=pace),
     )  # fmt: skip
-    return {"estimate": estimate, "per_evaluation": duration_text(estimate.seconds_per_evaluation),
-            "device_time": duration_text(estimate.device_seconds)}  # fmt: skip
+    return {"estimate": estimate, "target": LAUNCH_TARGET, "policy": policy,
+            "per_round": duration_text(pace.seconds_per_round if pace else None),
+            "ahead_time": duration_text(estimate.ahead.seconds),
+            "total_time": duration_text(estimate.total_seconds)}  # fmt: skip
 
 
 @team_view(Permission.RUN)
@@ -131,6 +138,8 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
         return render(request, "runs/session_detail.html#operators", context)
     if part == "context":
         return render(request, "runs/session_detail.html#context", context_composition(session))
+    if part == "queue":  # asked again when the line moves
+        return render(request, "runs/session_detail.html#queue", {"queue": queue_place(session)})
     latest = JournalEvent.objects.filter(session_id=session.pk).order_by("-seq")[:LOG_EVENTS]
     events = list(latest)[::-1]
     chart = latency_chart(session, config, request.GET.get("operator", ""))
@@ -146,6 +155,7 @@ def session_page(request: HttpRequest, membership: Membership, session_id: int) 
         "chart": chart, "chart_rows": chart["attempts"].get(chart["operator"], []),
         "token_budget": config.budgets.tokens * len(config.operators),
         "controls": session_controls(session.status),
+        "queue": queue_place(session),
         **context_composition(session),
     }  # fmt: skip
     return render(request, "runs/session_detail.html", context)

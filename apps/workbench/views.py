@@ -41,16 +41,19 @@ def section(request: HttpRequest, membership: Membership, section: str) -> HttpR
 
 @team_view()
 def workers(request: HttpRequest, membership: Membership) -> HttpResponse:
+    """The page at once, its list of workers saying "asking…": the broadcast ping waits up to
+    KOPE_WORKER_PING_TIMEOUT_MS, so the browser asks for the list (`?part=list`) once the
+    page is up. Without JavaScript, `?ask=now` renders the page with the list in it."""
+    part = request.GET.get("part")
+    context = workers_context() | {"can_check": membership.allows(Permission.RUN)}
+    if part != "list" and request.GET.get("ask") != "now":
+        return render(request, "workbench/workers.html", context)
     try:
         online = workers_online()
     except BrokerUnreachable:
         return broker_down(request)
-    context = {
-        "workers": online,
-        "ping_ms": round(settings.WORKER_PING_TIMEOUT_S * 1000),  # KOPE_WORKER_PING_TIMEOUT_MS
-        "can_check": membership.allows(Permission.RUN),
-    }
-    return render(request, "workbench/workers.html", workers_context() | context)
+    template = "workbench/workers.html#list" if part == "list" else "workbench/workers.html"
+    return render(request, template, context | {"asked": True, "workers": online})
 
 
 @require_POST
@@ -70,7 +73,8 @@ def workers_check(request: HttpRequest, membership: Membership) -> HttpResponse:
 
 
 def workers_context() -> dict[str, object]:
-    return {"section": "workers", "queue_targets": queue_targets()}
+    return {"section": "workers", "queue_targets": queue_targets(),
+            "ping_ms": round(settings.WORKER_PING_TIMEOUT_S * 1000)}  # fmt: skip
 
 
 def queue_targets() -> dict[str, list[str]]:

@@ -43,6 +43,10 @@
 
   function receive(message) {
     const event = JSON.parse(message.data);
+    if (event.queue) {  // the line this queued session waits in moved: no journal event
+      document.body.dispatchEvent(new Event("kope:queue"));
+      return;
+    }
     if (event.seq <= last) return;
     log.append(row(event));
     last = event.seq;
@@ -50,7 +54,10 @@
     if (PROGRESS.has(event.kind)) document.body.dispatchEvent(new Event("kope:progress"));
     if (CONTEXT.has(event.kind)) document.body.dispatchEvent(new Event("kope:context"));
     if (event.kind === "model_called" && tokensUsed) addTokens(event.payload.usage || {});
-    if (event.kind.startsWith("session_")) showStatus(event);
+    if (event.kind.startsWith("session_")) {
+      showStatus(event);
+      document.body.dispatchEvent(new Event("kope:queue"));  // started: no longer in line
+    }
   }
 
   // The status as a reload shows it, text and colour; `session_started` carries none: a

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.db.transaction import atomic
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
@@ -55,6 +55,50 @@ def test_checking_workers_shows_each_queues_answer_live(
         expect(answers.filter(has_text="agent")).to_contain_text("browser-check@test")
         page.screenshot(path=str(_screenshot_path()))
         assert violations == []
+
+
+def test_the_page_comes_before_the_workers_are_asked_and_their_answer_fills_it_in(
+    engineer: Membership, chromium: Browser
+) -> None:
+    """The page waited on a broadcast ping (up to KOPE_WORKER_PING_TIMEOUT_MS) before a byte
+    of it came. Now it comes saying "checking…"; the list is asked for afterwards: it is held
+    back here until the page is shown, so a page that waited for it could not be shown."""
+    env = process_env("single-machine")
+    with daphne(env) as url, celery_worker(env, "agent,device.cpu", "at-once@test"):
+        page = chromium.new_page()
+        log_in(page, url, engineer, "/t/live/workers/")
+        held: list[Route] = []
+        page.route(re.compile(r"/workers/\?part=list$"), lambda route: held.append(route))
+
+        response = page.goto(f"{url}/t/live/workers/")
+        assert response is not None and response.ok
+        first_render = response.text()
+        assert "Checking which workers are connected" in first_render
+        assert "at-once@test" not in first_render  # nobody was asked before it was sent
+        expect(page.locator("#workers-checking")).to_be_visible()
+        expect(page.get_by_role("cell", name="at-once@test")).to_have_count(0)
+        for _ in range(200):  # the route's handler runs while Playwright waits
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1, "the page did not ask for the list"
+
+        held[0].continue_()
+        expect(page.get_by_role("cell", name="at-once@test")).to_be_visible()
+        expect(page.locator("#workers-checking")).to_have_count(0)
+
+
+def test_without_javascript_the_page_lists_the_workers_on_request(
+    engineer: Membership, chromium: Browser
+) -> None:
+    env = process_env("single-machine")
+    with daphne(env) as url, celery_worker(env, "agent,device.cpu", "no-js@test"):
+        context = chromium.new_context(java_script_enabled=False)
+        page = context.new_page()
+        log_in(page, url, engineer, "/t/live/workers/")
+        expect(page.locator("#workers-checking")).to_be_visible()
+        page.get_by_role("link", name="Wait for the answer").click()
+        expect(page.get_by_role("cell", name="no-js@test")).to_be_visible()
 
 
 def test_a_second_check_shows_only_its_own_answers(engineer: Membership, chromium: Browser) -> None:

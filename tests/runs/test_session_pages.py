@@ -25,6 +25,7 @@ from apps.runs import views
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import stored_builtin
+from tests.runs.test_estimate import TIMES
 
 PLANTED = "<script>alert('planted')</script>"
 
@@ -141,7 +142,11 @@ def test_the_launch_form_estimates_the_size_of_the_run_from_measured_evaluations
             options_key=str(seconds), status=Evaluation.Status.DONE, started_at=started,
             finished_at=started + timedelta(seconds=seconds))  # fmt: skip
     measured = client.get(f"{url}&rounds=30&policy=offline").content.decode()
-    assert "about 10 min with one device worker (20 s per evaluation" in measured
+    assert (
+        f"about 10 min: 30 rounds {TIMES} 20 s per round, from this team's median evaluation "
+        "time over its last 3 evaluations"
+    ) in measured  # no finished session yet
+    assert "ahead in the queue" not in measured
     form = client.get(f"/t/{team.slug}/sessions/new/").content.decode()
     assert "Pick operators or a suite to see the size of the run" in form
 

@@ -58,12 +58,26 @@ def ask(url: str, membership: Membership, *, method: str = "GET",
 def test_the_page_says_the_broker_is_down_instead_of_a_500(
     engineer: Membership, redis_down_server: str
 ) -> None:
-    status, page = ask(f"{redis_down_server}/t/live/workers/", engineer)
+    status, page = ask(f"{redis_down_server}/t/live/workers/?ask=now", engineer)
 
     assert status == 503, page[:500]
     assert BROKER_DOWN in page and "<h1>Workers</h1>" in page
     assert "No worker answered" not in page  # nobody could be asked
     assert "Check workers" not in page  # a check could not be sent either
+
+
+def test_the_list_asked_for_after_the_page_says_the_broker_is_down(
+    engineer: Membership, redis_down_server: str
+) -> None:
+    """The page comes at once, asking nobody; the list it then asks for says the broker is
+    down, with a 200 (htmx swaps in only a 2xx answer)."""
+    status, page = ask(f"{redis_down_server}/t/live/workers/", engineer)
+    assert status == 200 and "Checking which workers are connected" in page
+
+    status, part = ask(f"{redis_down_server}/t/live/workers/?part=list", engineer, htmx=True)
+
+    assert status == 200, part[:500]
+    assert BROKER_DOWN in part and "No worker answered" not in part
 
 
 @pytest.mark.parametrize("htmx", [False, True], ids=["form", "htmx"])
@@ -98,7 +112,7 @@ def test_the_workers_table_says_how_long_they_had_to_answer(transactional_db: No
     browser = Client()
     browser.force_login(membership.user)
     with celery_worker(process_env("single-machine"), "agent", "caption@test"):
-        page = browser.get("/t/live/workers/").content.decode()
+        page = browser.get("/t/live/workers/?ask=now").content.decode()
 
     assert "<td>caption@test</td>" in page
     assert "answered a broadcast ping within 500 ms" in page
