@@ -6,6 +6,7 @@ they stay queued until the test moves them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -28,6 +29,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing"),
 ]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "var" / "test" / "launch-page.png"
 
 
 @dataclass
@@ -97,3 +99,4 @@ def test_the_launch_estimate_counts_the_sessions_ahead_in_the_queue(
             "sessions ahead in the queue (queued or running on this host, at most what their "
             "round budgets leave)."
         )  # fmt: skip
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
