@@ -15,6 +15,7 @@ logger = logging.getLogger(__name__)
 class EventKind(StrEnum):
     WORKER_ALIVE = "worker.alive"
     SESSION_EVENT = "session.event"
+    EVALUATION_STATUS = "evaluation.status"
 
 
 class WorkerAlive(TypedDict):
@@ -35,7 +36,15 @@ class SessionEvent(TypedDict):
     case: int | None  # the Case a `case_recorded` event made (its id is the event's)
 
 
-EventPayload = WorkerAlive | SessionEvent
+class EvaluationStatus(TypedDict):
+    """An evaluation's status changed (queued, running, done, failed); its watchers read the
+    row again for the verdict."""
+
+    evaluation: int
+    status: str
+
+
+EventPayload = WorkerAlive | SessionEvent | EvaluationStatus
 
 
 def team_group(team_id: int) -> str:
@@ -44,6 +53,10 @@ def team_group(team_id: int) -> str:
 
 def session_group(session_id: int) -> str:
     return f"session-{session_id}"
+
+
+def evaluation_group(evaluation_id: int) -> str:
+    return f"evaluation-{evaluation_id}"
 
 
 def handler_name(kind: EventKind) -> str:
