@@ -43,6 +43,7 @@ urlpatterns = [
     path("api/", api_urls()),
     re_path(r"^api/", login_not_required(api_not_found)),  # with DEBUG on too: JSON, not HTML
     path("", include("apps.operators.urls")),
+    path("", include("apps.devices.urls")),
     path("", include("apps.runs.urls")),
     path("", include("apps.memory.urls")),
     path("", include("apps.reports.urls")),  # before the workbench's catch-all section

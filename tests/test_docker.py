@@ -290,11 +290,12 @@ def test_every_setting_variable_is_documented_and_in_env_example() -> None:
     assert sorted(v for v in variables if v not in example) == []
 
 
-def image_import_root() -> str:
-    """KOPE_IMPORT_ROOTS' default in the image: KOPE_DATA_DIR (the Dockerfile's ENV)/imports."""
+def image_data_folder(name: str) -> str:
+    """A folder of KOPE_DATA_DIR (the Dockerfile's ENV) in the image: `imports` is
+    KOPE_IMPORT_ROOTS' default, `uploads` holds the archives uploaded to the Imports page."""
     found = re.search(r"\bKOPE_DATA_DIR=(\S+)", DOCKERFILE.read_text())
     assert found, "the Dockerfile sets no KOPE_DATA_DIR"
-    return f"{found.group(1).rstrip('/')}/imports"
+    return f"{found.group(1).rstrip('/')}/{name}"
 
 
 def named_volume_at(service: dict[str, Any], target: str) -> str | None:
@@ -309,11 +310,12 @@ def named_volume_at(service: dict[str, Any], target: str) -> str | None:
     return None
 
 
-def test_the_web_and_the_agent_worker_see_the_same_import_folders() -> None:
-    """The web checks that an import's folder exists, then the agent worker reads it: in
-    separate containers, they need one volume at the import root."""
+@pytest.mark.parametrize("folder", ["imports", "uploads"])
+def test_the_web_and_the_agent_worker_see_the_same_import_folders(folder: str) -> None:
+    """The web checks that an import's folder exists (or unpacks an uploaded archive into
+    one), then the agent worker reads it: in separate containers, they need one volume there."""
     compose = yaml.safe_load(COMPOSE.read_text())
-    services, root = compose["services"], image_import_root()
+    services, root = compose["services"], image_data_folder(folder)
 
     web, agent = (named_volume_at(services[name], root) for name in ("web", "agent"))
 

@@ -18,7 +18,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.accounts.roles import Permission, Role, role_allows
 from apps.devices.evaluator import EvalSettings
-from apps.devices.models import Profile
+from apps.devices.models import KernelTrial, Profile
 from apps.devices.services import evaluation_request
 from apps.memory.journal import journal_append
 from apps.memory.models import MemoryVector
@@ -128,6 +128,17 @@ PAGES = [
     Endpoint("operators", "get", "/t/{team}/operators/", Permission.VIEW),
     Endpoint("operator", "get", "/t/{team}/operators/relu/", Permission.VIEW),
     Endpoint("operator-edit", "post", "/t/{team}/operators/cumsum/edit/", Permission.RUN, EDIT),
+    Endpoint("kernel-trials", "get", "/t/{team}/operators/relu/evaluations/", Permission.VIEW),
+    Endpoint(
+        "kernel-evaluate",
+        "post",
+        "/t/{team}/operators/relu/evaluations/new/",
+        Permission.RUN,
+        {"version": "1", "source": "int x;"},
+    ),
+    Endpoint(
+        "kernel-trial", "get", "/t/{team}/operators/relu/evaluations/{trial_id}/", Permission.VIEW
+    ),
     Endpoint("suites", "get", "/t/{team}/suites/", Permission.VIEW),
     Endpoint("suite", "get", "/t/{team}/suites/pair/", Permission.VIEW),
     Endpoint("imports", "get", "/t/{team}/imports/", Permission.VIEW),
@@ -297,6 +308,7 @@ OBJECT_IDS = (
     "case_id",
     "profile_id",
     "export_id",
+    "trial_id",
 )
 
 
@@ -344,9 +356,10 @@ def team_objects(team, settings) -> dict[str, object]:  # type: ignore[no-untype
                                      data={}, trace={"traceEvents": []})  # fmt: skip
     export = Export.objects.create(team=team, kind="knowledge", format="json", status="done",
                                    content=b"{}", filename="kb.json")  # fmt: skip
+    trial = KernelTrial.objects.create(team=team, evaluation=evaluation, name="mine.c")
     return {"import_id": run.pk, "rule_id": rule.pk, "session_id": session.pk,
             "paused_id": paused.pk, "case_id": case.pk, "profile_id": profile.pk,
-            "export_id": export.pk}  # fmt: skip
+            "export_id": export.pk, "trial_id": trial.pk}  # fmt: skip
 
 
 def call(

@@ -16,6 +16,7 @@ class EventKind(StrEnum):
     WORKER_ALIVE = "worker.alive"
     SESSION_EVENT = "session.event"
     QUEUE_MOVED = "queue.moved"
+    EVALUATION_STATUS = "evaluation.status"
 
 
 class WorkerAlive(TypedDict):
@@ -43,7 +44,15 @@ class QueueMoved(TypedDict):
     session: int
 
 
-EventPayload = WorkerAlive | SessionEvent | QueueMoved
+class EvaluationStatus(TypedDict):
+    """An evaluation's status changed (queued, running, done, failed); its watchers read the
+    row again for the verdict."""
+
+    evaluation: int
+    status: str
+
+
+EventPayload = WorkerAlive | SessionEvent | QueueMoved | EvaluationStatus
 
 
 def team_group(team_id: int) -> str:
@@ -52,6 +61,10 @@ def team_group(team_id: int) -> str:
 
 def session_group(session_id: int) -> str:
     return f"session-{session_id}"
+
+
+def evaluation_group(evaluation_id: int) -> str:
+    return f"evaluation-{evaluation_id}"
 
 
 def handler_name(kind: EventKind) -> str:

@@ -78,3 +78,23 @@ class Profile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} profile of {self.evaluation}"
+
+
+class KernelTrial(models.Model):
+    """A kernel a team member brought to an operator's page (pasted or uploaded) to have it
+    evaluated. Evaluations are shared by every team that asks for the same kernel, operator
+    version, target and settings; a trial is what makes one visible to its team."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="kernel_trials")
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="trials")
+    name = models.CharField(max_length=200)  # the uploaded file's name, or "pasted"
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.evaluation.version}"

@@ -18,7 +18,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.models import Team
+from apps.accounts.roles import Permission
+from apps.accounts.selectors import membership_for
 from apps.core.errors import DomainError
+from apps.core.events import EvaluationStatus, EventKind, evaluation_group, publish_quietly
+from apps.core.kernel_input import MAX_SOURCE_BYTES
 from apps.core.locks import advisory_lock, advisory_locks_held
 from apps.devices.evaluator import (
     TARGET,
@@ -27,14 +31,13 @@ from apps.devices.evaluator import (
     OperatorUnderTest,
     default_work_dir,
 )
-from apps.devices.models import Evaluation, KernelSource, Profile
+from apps.devices.models import Evaluation, KernelSource, KernelTrial, Profile
 from apps.devices.targets import TARGETS, target_get
 from apps.operators.models import OperatorCase, OperatorVersion
 from apps.operators.services import tensors_bytes
 from apps.operators.spec import spec_from_json
 from apps.sandbox.workdirs import remove_abandoned
 
-MAX_SOURCE_BYTES = 1_000_000
 # pg_advisory_lock(namespace, evaluation id): held by the process running the evaluation, a
 # worker's or `manage.py evaluate`'s; sessions' is 7_001, imports' 7_002.
 LOCK_NAMESPACE = 7_003
@@ -93,6 +96,7 @@ def evaluation_request(
         evaluation.error, evaluation.finished_at = "", None
         evaluation.save()
         evaluation.profiles.all().delete()
+        status_announce(evaluation)
         return evaluation, True
     return evaluation, created
 
@@ -135,7 +139,8 @@ def claim_attempt(
             attempts=F("attempts") + 1, status=Evaluation.Status.RUNNING,
             started_at=timezone.now(), worker=worker[:200],
         )  # fmt: skip
-    evaluation.refresh_from_db()
+        evaluation.refresh_from_db()
+        status_announce(evaluation)
     return evaluation
 
 
@@ -258,6 +263,7 @@ def evaluation_record(evaluation: Evaluation, verdict: dict[str, Any]) -> Evalua
     evaluation.verdict = verdict
     evaluation.status, evaluation.finished_at = Evaluation.Status.DONE, timezone.now()
     evaluation.save(update_fields=["verdict", "status", "finished_at"])
+    status_announce(evaluation)
     return evaluation
 
 
@@ -268,7 +274,17 @@ def evaluation_fail(evaluation: Evaluation, reason: str) -> Evaluation:
     evaluation.status, evaluation.error = Evaluation.Status.FAILED, reason
     evaluation.finished_at = timezone.now()
     evaluation.save(update_fields=["status", "error", "finished_at"])
+    status_announce(evaluation)
     return evaluation
+
+
+def status_announce(evaluation: Evaluation) -> None:
+    """Tell the evaluation's watchers (a trial's page) its new status once it is committed;
+    they read the row again, so a message lost while the channel layer was away costs only
+    its liveness: the page shows the same on a reload, and the socket sends it on connect."""
+    payload = EvaluationStatus(evaluation=evaluation.pk, status=evaluation.status)
+    group = evaluation_group(evaluation.pk)
+    transaction.on_commit(lambda: publish_quietly(group, EventKind.EVALUATION_STATUS, payload))
 
 
 def evaluation_start(**request: Any) -> Evaluation:
@@ -288,3 +304,20 @@ def evaluation_start(**request: Any) -> Evaluation:
             lambda: evaluate.apply_async(args=(evaluation.pk,), kwargs=again, queue=queue)
         )
     return evaluation
+
+
+TRIAL_TARGET = "cpu-c"  # the operator page evaluates C kernels, as a session's default target
+
+
+@transaction.atomic
+def kernel_trial_start(
+    *, team: Team, user: User, version: OperatorVersion, source_text: str, name: str
+) -> KernelTrial:
+    """Have a member's own kernel evaluated on `version` by a device worker, with the
+    deployment's measurement settings; who may launch sessions may do this."""
+    membership_for(user, team.slug, Permission.RUN)
+    evaluation = evaluation_start(version=version, source_text=source_text,
+                                  options=EvalSettings.from_settings(), team=team, user=user,
+                                  target=TRIAL_TARGET)  # fmt: skip
+    return KernelTrial.objects.create(team=team, evaluation=evaluation, name=name[:200],
+                                      created_by=user)  # fmt: skip

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -27,6 +28,7 @@ from django.utils.text import Truncator, slugify
 from apps.accounts.models import Team
 from apps.core.errors import DomainError
 from apps.core.locks import advisory_lock, advisory_locks_held
+from apps.operators import archives
 from apps.operators.definitions import OperatorDefinition
 from apps.operators.importers import kernelbench, npukernelbench
 from apps.operators.importers.common import FoundProblem
@@ -157,6 +159,37 @@ def import_start(
     return ImportRun.objects.create(
         team=team, created_by=user, path=str(root), format=fmt, scale=scale
     )
+
+
+def import_start_from_archive(
+    *, archive: IO[bytes], name: str, size: int | None, fmt: str | None, scale: float,
+    team: Team | None, user: User | None,
+) -> ImportRun:  # fmt: skip
+    """Unpack an uploaded archive (apps/operators/archives) into a fresh folder and start its
+    import as import_start does a folder's; the folder goes when the import ends
+    (`_finish`), or at once when the archive or the request is refused."""
+    limits = archives.Limits.from_settings()
+    try:
+        archives.check_size(name, size, limits)
+        folder = archives.fresh_folder()
+    except archives.ArchiveRefused as refused:
+        raise ImportRequestError(refused.message, field="archive") from None
+    root = folder / archives.folder_name(name)
+    try:
+        archives.unpack(archive, name, root, limits)
+        return import_start(path=str(root), fmt=fmt, scale=scale, team=team, user=user,
+                            restrict=False)  # fmt: skip
+    except archives.ArchiveRefused as refused:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ImportRequestError(refused.message, field="archive") from None
+    except ImportRequestError as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ImportRequestError(error.message.replace(str(root), name),
+                                 field="archive" if error.field == "path" else error.field,
+                                 ) from None  # fmt: skip
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def import_enqueue(run: ImportRun) -> None:
@@ -446,6 +479,7 @@ def _with_those_held(team: Team | None, slug: str, operators: list[Operator]) ->
 def _finish(run: ImportRun, status: str, *, error: str = "") -> ImportRun:
     run.status, run.error, run.finished_at = status, error, timezone.now()
     run.save(update_fields=["status", "error", "finished_at"])
+    archives.upload_folder_remove(run.path)  # an uploaded archive's: read, and no longer needed
     return run
 
 

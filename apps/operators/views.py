@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -12,9 +13,16 @@ from apps.accounts.roles import Permission
 from apps.core.errors import Conflict, DomainError
 from apps.core.pages import page_of
 from apps.operators import selectors
-from apps.operators.forms import ImportForm, OperatorFilterForm, VersionEditForm
-from apps.operators.importing import ImportRequestError, import_enqueue, import_start, summary
-from apps.operators.models import Operator, OperatorVersion
+from apps.operators.archives import Limits
+from apps.operators.forms import ImportForm, KernelEvaluateForm, OperatorFilterForm, VersionEditForm
+from apps.operators.importing import (
+    ImportRequestError,
+    import_enqueue,
+    import_start,
+    import_start_from_archive,
+    summary,
+)
+from apps.operators.models import ImportRun, Operator, OperatorVersion
 from apps.operators.services import version_edit
 
 
@@ -44,7 +52,10 @@ def operator_detail(request: HttpRequest, membership: Membership, slug: str) -> 
 
 
 def operator_context(
-    version: OperatorVersion, membership: Membership, form: VersionEditForm | None = None
+    version: OperatorVersion,
+    membership: Membership,
+    form: VersionEditForm | None = None,
+    kernel_form: KernelEvaluateForm | None = None,
 ) -> dict[str, object]:
     operator = version.operator
     versions = list(operator.versions.order_by("-number"))
@@ -67,7 +78,15 @@ def operator_context(
         "newest": newest,
         "editable": editable,
         "edit_form": form or (VersionEditForm(initial=initial) if editable else None),
+        "kernel_form": kernel_form or kernel_form_for(version, membership),
     }
+
+
+def kernel_form_for(version: OperatorVersion, membership: Membership) -> KernelEvaluateForm | None:
+    """The "Evaluate a kernel" form, for those who may launch sessions."""
+    if not membership.allows(Permission.RUN):
+        return None
+    return KernelEvaluateForm(initial={"version": version.number})
 
 
 @require_POST
@@ -139,19 +158,17 @@ def import_list_context(
     request: HttpRequest, membership: Membership, form: ImportForm | None
 ) -> dict[str, object]:
     page = page_of(request, selectors.imports_for(membership.team).order_by("-created_at", "-pk"))
-    return {"section": "operators", "form": form, "imports": page, "page": page}
+    return {"section": "operators", "form": form, "imports": page, "page": page,
+            "archive_limits": Limits.from_settings()}  # fmt: skip
 
 
 @require_POST
 @team_view(Permission.RUN)
 def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
-    form = ImportForm(request.POST)
+    form = ImportForm(request.POST, request.FILES)
     if form.is_valid():
         try:
-            run = import_start(
-                path=form.cleaned_data["path"], fmt=form.cleaned_data["format"] or None,
-                scale=form.cleaned_data["scale"], team=membership.team, user=request.user,  # type: ignore[arg-type]
-            )  # fmt: skip
+            run = import_from_form(form, membership, request.user)  # type: ignore[arg-type]
         except ImportRequestError as error:
             form.add_error(error.field, error.message)
         else:
@@ -159,6 +176,17 @@ def import_create(request: HttpRequest, membership: Membership) -> HttpResponse:
             return redirect("import-detail", team=membership.team.slug, import_id=run.pk)
     context = import_list_context(request, membership, form)
     return render(request, "operators/import_list.html", context, status=400)
+
+
+def import_from_form(form: ImportForm, membership: Membership, user: User) -> ImportRun:
+    values = form.cleaned_data
+    request = {"fmt": values["format"] or None, "scale": values["scale"],
+               "team": membership.team, "user": user}  # fmt: skip
+    archive = values["archive"]
+    if archive is None:
+        return import_start(path=values["path"], **request)
+    return import_start_from_archive(archive=archive, name=archive.name or "archive",
+                                     size=archive.size, **request)  # fmt: skip
 
 
 @team_view()

@@ -14,7 +14,7 @@ from ninja.pagination import paginate
 
 from apps.accounts.roles import Permission
 from apps.accounts.selectors import membership_for
-from apps.core.errors import DomainError, NotFound
+from apps.core.errors import NotFound
 from apps.core.numbers import WholeNumber
 from apps.core.pagination import LimitOffset
 from apps.memory.journal import case_of, events_since
@@ -32,8 +32,6 @@ from apps.runs.services import (
 )
 
 router = Router(tags=["sessions"])
-
-MAX_UPLOAD_CHARS = 200_000
 
 
 class BudgetsIn(Schema):
@@ -128,7 +126,6 @@ def team_session(request: HttpRequest, slug: str, session_id: int) -> Optimizati
 @router.post("/teams/{slug}/sessions", response={201: SessionOut})
 def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
     team = membership_for(request.user, slug, Permission.RUN).team
-    check_starting_kernels(payload.starting_kernels)
     given = payload.budgets.dict(exclude_none=True) if payload.budgets else {}
     budgets = replace(default_budgets(), **given)
     measurement = Measurement(**payload.measurement.dict()) if payload.measurement else None
@@ -139,16 +136,6 @@ def create_session(request: HttpRequest, slug: str, payload: SessionIn) -> Any:
         measurement=measurement, uploads=payload.starting_kernels, label=payload.label,
     )  # fmt: skip
     return Status(201, session_out(session))
-
-
-def check_starting_kernels(kernels: dict[str, str]) -> None:
-    too_big = [k for k, v in kernels.items() if len(v) > MAX_UPLOAD_CHARS]
-    if too_big:
-        raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
-                          f"{', '.join(too_big)}")  # fmt: skip
-    empty = [k for k, v in kernels.items() if not v.strip()]
-    if empty:
-        raise DomainError(f"starting kernels that are empty: {', '.join(map(repr, empty))}")
 
 
 @router.get("/teams/{slug}/sessions", response=list[SessionOut])

@@ -28,6 +28,17 @@ logger = logging.getLogger(__name__)
 
 AnyUser = AbstractBaseUser | AnonymousUser
 STATUS = OptimizationSession.Status
+MAX_UPLOAD_CHARS = 200_000  # a starting kernel brought with a session (API or launch form)
+
+
+def check_starting_kernels(kernels: dict[str, str]) -> None:
+    too_big = [k for k, v in kernels.items() if len(v) > MAX_UPLOAD_CHARS]
+    if too_big:
+        raise DomainError(f"starting kernels over {MAX_UPLOAD_CHARS} characters: "
+                          f"{', '.join(too_big)}")  # fmt: skip
+    empty = [k for k, v in kernels.items() if not v.strip()]
+    if empty:
+        raise DomainError(f"starting kernels that are empty: {', '.join(map(repr, empty))}")
 
 
 def operator_entries(team: Team, slugs: list[str], uploads: dict[str, str]) -> list[OperatorEntry]:
@@ -76,6 +87,7 @@ def session_create(
 ) -> OptimizationSession:
     if user is not None:
         membership_for(user, team.slug, Permission.RUN)
+    check_starting_kernels(uploads or {})
     require_runnable_here(target, policy)
     if bool(operators) == bool(suite):
         raise DomainError("name either operators or a suite")

@@ -52,14 +52,14 @@ def session_list(request: HttpRequest, membership: Membership) -> HttpResponse:
     return render(request, "runs/session_list.html", context)
 
 
-def launch_form(membership: Membership, data: Any = None) -> LaunchForm:
+def launch_form(membership: Membership, data: Any = None, files: Any = None) -> LaunchForm:
     team = membership.team
     # A team's own operator or suite and a shared one of the same slug are one choice: the
     # launch runs the team's own (operator_get, suite_get), as its pages show.
     operators = list(dict.fromkeys(v.operator.slug for v in selectors.latest_versions(
         selectors.operators_visible_to(team))))  # fmt: skip
     suites = list(dict.fromkeys(s.slug for s in selectors.suites_visible_to(team)))
-    return LaunchForm(data, operators=operators, suites=suites)
+    return LaunchForm(data, files, operators=operators, suites=suites)
 
 
 def launch_estimate(membership: Membership, form: LaunchForm, data: Any) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse
         context = launch_estimate(membership, launch_form(membership, request.GET), request.GET)
         return render(request, "runs/session_launch.html#estimate", context)
     data = request.POST if request.method == "POST" else None
-    form = launch_form(membership, data)
+    form = launch_form(membership, data, request.FILES if data is not None else None)
     if data is not None and form.is_valid():
         values = form.cleaned_data
         try:
@@ -103,6 +103,7 @@ def session_launch(request: HttpRequest, membership: Membership) -> HttpResponse
                 budgets=replace(default_budgets(), rounds=values["rounds"],
                                 plateau=values["plateau"]),
                 measurement=Measurement(repeats=values["repeats"]),
+                uploads=values["starting_kernels"],
             )  # fmt: skip
         except DomainError as error:
             form.add_error(None, str(error))

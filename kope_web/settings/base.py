@@ -301,6 +301,13 @@ NINJA_PAGINATION_MAX_LIMIT = 1000
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("KOPE_MAX_REQUEST_BYTES", 2_000_000, minimum=10_000)
 KOPE_IMPORT_MAX_FILE_BYTES = env_int("KOPE_IMPORT_MAX_FILE_BYTES", 1_000_000, minimum=1024)
 KOPE_IMPORT_MAX_CASES = env_int("KOPE_IMPORT_MAX_CASES", 200, minimum=1)
+# An archive uploaded to the Imports page: its size, and what it may unpack to (bytes, files).
+KOPE_IMPORT_MAX_ARCHIVE_BYTES = env_int("KOPE_IMPORT_MAX_ARCHIVE_BYTES", 20_000_000, minimum=1024)
+KOPE_IMPORT_MAX_UNPACKED_BYTES = env_int("KOPE_IMPORT_MAX_UNPACKED_BYTES", 100_000_000,
+                                         minimum=1024)  # fmt: skip
+KOPE_IMPORT_MAX_ARCHIVE_FILES = env_int("KOPE_IMPORT_MAX_ARCHIVE_FILES", 5000, minimum=1)
+# Where uploaded archives are unpacked, each into a fresh folder, removed when its import ends.
+KOPE_IMPORT_UPLOAD_DIR = DATA_DIR / "uploads" / "imports"
 # Workers that may die importing one problem before it is left out and the import goes on.
 KOPE_IMPORT_MAX_ATTEMPTS = env_int("KOPE_IMPORT_MAX_ATTEMPTS", 2, minimum=1, maximum=10)
 

@@ -22,7 +22,9 @@ from playwright.sync_api import Browser, Page, expect
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.accounts.services import api_token_create
-from apps.devices.services import evaluation_execute
+from apps.devices.evaluator import EvalSettings
+from apps.devices.models import Evaluation, KernelTrial
+from apps.devices.services import evaluation_execute, evaluation_record, evaluation_request
 from apps.memory.compare_views import profile_start
 from apps.memory.journal import journal_append
 from apps.memory.models import Case, Rule
@@ -409,3 +411,35 @@ def test_an_export_that_ends_while_the_page_is_open_is_announced(
         # a screen-reader user waiting for the file is told, by a region that was there before
         kept = regions_kept(page)
         assert any(re.search(r"Export #\d+ is ready: rules\.json\.", text) for text in kept), kept
+
+
+@pytest.fixture
+def trial(team: Team) -> tuple[Team, int]:
+    """A kernel the admin brought to gemm's page, still queued."""
+    gemm = OperatorVersion.objects.get(operator__slug="gemm")
+    evaluation, _ = evaluation_request(version=gemm, source_text="void gemm(void) {}",
+                                       options=EvalSettings(), team=team.admin.team)  # fmt: skip
+    kernel = KernelTrial.objects.create(team=team.admin.team, evaluation=evaluation, name="mine.c")
+    return team, kernel.pk
+
+
+def verdict_recorded() -> None:
+    environment = {"compiler": "gcc", "cpu_model": "cpu", "threads": 1, "flags": ["-O2"]}
+    evaluation_record(Evaluation.objects.get(), {"status": "correct", "environment": environment})
+
+
+def test_a_verdict_that_arrives_while_its_page_is_open_is_announced_politely(
+    trial: tuple[Team, int], chromium: Browser
+) -> None:
+    team, kernel = trial
+    with admin_page(chromium, team, team.path(f"operators/gemm/evaluations/{kernel}/")) as page:
+        expect(page.locator("#live-status")).to_have_text("Live updates: connected.")
+        for status in ("#trial-status", "#live-status"):
+            region = live_region(page, status)
+            assert region.get("live") == "polite", f"{status} changes silently: {region}"
+            assert region.get("atomic") is True, f"{status} is read without its label: {region}"
+        page.evaluate(LIVE_REGIONS)
+        in_another_thread(verdict_recorded)
+        expect(page.locator("#trial-verdict")).to_have_text("CORRECT")
+        # told by a region that was on the page before, not one that came with the verdict
+        assert any("verdict CORRECT" in text for text in regions_kept(page)), regions_kept(page)

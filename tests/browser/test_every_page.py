@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response
 
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.devices.models import KernelTrial
 from apps.devices.services import evaluation_execute
 from apps.memory.coldstart.vectors import cold_start_vectors_store
 from apps.memory.compare_views import profile_start
@@ -68,9 +69,9 @@ class PopulatedTeam:
 
 @pytest.fixture
 def populated(transactional_db: None) -> PopulatedTeam:
-    """A team with a session of measured cases (one profiled), a pending and an approved rule
-    (so hot memory holds one), the targets' documents, a suite, a finished import and two
-    exports.
+    """A team with a session of measured cases (one profiled, one also brought to its
+    operator's page), a pending and an approved rule (so hot memory holds one), the targets'
+    documents, a suite, a finished import and two exports.
     Made before Chromium starts: Playwright's event loop forbids the ORM in this thread."""
     team = TeamFactory(slug="everything", name="Everything")
     members = {role: MembershipFactory(team=team, role=role) for role in (Role.ADMIN, Role.VIEWER)}
@@ -78,8 +79,9 @@ def populated(transactional_db: None) -> PopulatedTeam:
     version = small_vector_add()
     session = session_create(team=team, user=admin, operators=[version.operator.slug],
                              memory_mode="off", start=False)  # fmt: skip
-    first = recorded_case(session, version, 0, None, NAIVE, "starting kernel",
-                          evaluated(team, version, NAIVE))  # fmt: skip
+    naive = evaluated(team, version, NAIVE)
+    first = recorded_case(session, version, 0, None, NAIVE, "starting kernel", naive)
+    KernelTrial.objects.create(team=team, evaluation=naive, name="naive.c", created_by=admin)
     second = recorded_case(session, version, 1, first, VECTORIZED, "vectorize the loop",
                            evaluated(team, version, VECTORIZED))  # fmt: skip
     OptimizationSession.objects.filter(pk=session.pk).update(status="finished")

@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from pytest_django import DjangoDbBlocker
 
 from apps.benchmarks.web import drop_database
+from apps.core.kernel_input import MAX_SOURCE_BYTES
 from apps.devices.models import Evaluation
-from apps.devices.services import MAX_SOURCE_BYTES
 from tests.factories import stored_builtin
 from tests.workbench.test_live_events import process_env
 

@@ -12,11 +12,11 @@ from django.core.management.base import CommandError
 from apps.accounts.models import Team
 from apps.core.commands import DatabaseCommand, connection_after_ctrl_c
 from apps.core.errors import DomainError
+from apps.core.kernel_input import MAX_SOURCE_BYTES
 from apps.devices.cpu_c.build import FlagsRejected, checked_flags
 from apps.devices.evaluator import EVAL_BOUNDS, EvalSettings
 from apps.devices.models import Evaluation
 from apps.devices.services import (
-    MAX_SOURCE_BYTES,
     evaluation_execute,
     evaluation_fail,
     evaluation_request,
