@@ -156,14 +156,16 @@ def admin_bootstrap(*, username: str, password: str = "") -> BootstrappedAdmin:
     user = user_model.objects.filter(username=username).first()
     created = user is None
     chosen = password or (secrets.token_urlsafe(12) if created else "")
+    changed = False
     if user is None:
         user = user_model.objects.create_superuser(username=username, password=chosen)
     elif password and not user.check_password(password):
         user.set_password(password)
         user.save(update_fields=["password"])
+        changed = True
     if not Membership.objects.filter(user=user).exists():
         team_create(name=DEFAULT_TEAM_NAME, owner=user, slug=_free_slug("default"))
-    return BootstrappedAdmin(username, created, chosen or None)
+    return BootstrappedAdmin(username, created, chosen if created or changed else None)
 
 
 def _free_slug(base: str) -> str:

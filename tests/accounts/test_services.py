@@ -39,11 +39,13 @@ def test_a_restart_with_the_same_password_keeps_the_admin_signed_in() -> None:
     of the admin at each start of `make run`; a changed password still applies."""
     admin_bootstrap(username="admin", password="chosen-pw-1")
     stored = User.objects.get(username="admin").password
-    admin_bootstrap(username="admin", password="chosen-pw-1")
+    again = admin_bootstrap(username="admin", password="chosen-pw-1")
     assert User.objects.get(username="admin").password == stored
+    assert again.password is None  # nothing was set: the start says the admin exists
 
-    admin_bootstrap(username="admin", password="chosen-pw-2")
+    changed = admin_bootstrap(username="admin", password="chosen-pw-2")
     assert User.objects.get(username="admin").check_password("chosen-pw-2")
+    assert changed.password == "chosen-pw-2"
 
 
 def test_the_team_creator_becomes_its_admin(user: User) -> None:
