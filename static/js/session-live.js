@@ -12,8 +12,11 @@
   let holdUntil = 0;
   // Events after which the operators table (incumbents, speedups) is fetched again.
   const PROGRESS = new Set(["incumbent_replaced", "operator_finished", "session_finished"]);
-  // Events after which the context composition is fetched again.
-  const CONTEXT = new Set(["context_assembled", "candidate_proposed"]);
+  // Events after which the context composition is fetched again: a new one, its proposal, or
+  // what ends an iteration with no proposal (its items then read "no proposal followed", not
+  // "deciding…"; apps/runs/views.py's ENDS_AN_ITERATION).
+  const CONTEXT = new Set(["context_assembled", "candidate_proposed", "operator_finished",
+    "session_finished", "session_stopped", "session_paused"]);
   const CLOSED_OUT = 4403;  // the server's close code for a watcher no longer in the team
   const tokensUsed = document.getElementById("tokens-used");
   const tokensBar = document.getElementById("tokens-bar");

@@ -81,6 +81,9 @@ def test_comparing_two_cases_shows_the_diff_the_timeline_and_profiles(
         # the page polls while a device worker profiles each kernel under cachegrind
         expect(page.get_by_role("link", name="Chrome Trace JSON")).to_have_count(2, timeout=120_000)
         expect(page.locator("table.line-costs")).to_have_count(2)
+        # each profile says what it was built with: the timed flags, valgrind's ISA for -march
+        expect(page.locator(".profile-build").first).to_contain_text("-march=x86-64-v3")
+        expect(page.locator(".profile-build").first).to_contain_text("-O3")
         expect(page.locator("table.line-costs").nth(1)).to_contain_text("out[i] = a[i] + b[i];")
         with page.expect_download() as download:
             page.get_by_role("link", name="Chrome Trace JSON").first.click()

@@ -17,7 +17,7 @@ from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.accounts.services import membership_remove
 from apps.memory.journal import journal_append
-from apps.runs.loop import session_begin, session_pause
+from apps.runs.loop import session_begin, session_finish, session_pause
 from apps.runs.models import OptimizationSession
 from apps.runs.services import session_create
 from tests.factories import MembershipFactory, TeamFactory, stored_builtin
@@ -178,6 +178,41 @@ def test_the_status_follows_the_session_live_as_a_reload_shows_it(
         assert status.evaluate("element => element.outerHTML") == live
         assert live == '<strong id="session-status" class="status status-paused">paused</strong>'
         assert enabled_controls(page) == ["Resume", "Stop", "Re-run with the same settings"]
+        assert errors == []
+
+
+def test_an_operator_that_ends_with_no_kernel_says_so_live_and_leaves_nothing_deciding(
+    engineer: Membership, queued: OptimizationSession, chromium: Browser
+) -> None:
+    """The policy proposed nothing after a context was assembled, and the only operator ended
+    with no correct kernel: its items said "deciding…" until a reload, and the session a green
+    "finished" and nothing else."""
+    assembled = {
+        "operator": "gemm", "iteration": 4, "tokens": 900, "budget": 12000,
+        "tokens_per_tier": {"hot": 900}, "cut": [], "hot_rules": [], "admitted": ["case:7"],
+        "shortened": [], "retrieved": [{"key": "case:7", "kind": "case", "operator": "gelu",
+                                        "similarity": 0.8, "value": 0.4}]}  # fmt: skip
+    finished = {"operator": "gemm", "reason": "every strategy that applies has been tried",
+                "rounds_used": 4, "best_case_id": None, "start_latency_ms": None,
+                "best_latency_ms": None, "speedup_vs_start": None,
+                "speedup_vs_reference": None}  # fmt: skip
+    with live_session_page(chromium, engineer, queued) as (page, errors):
+        in_another_thread(lambda: session_begin(queued))
+        append = lambda kind, payload: in_another_thread(  # noqa: E731
+            lambda: journal_append(session_id=queued.pk, kind=kind, payload=payload)
+        )
+        append("context_assembled", assembled)
+        context = page.locator("#context")
+        expect(context).to_contain_text("deciding…")
+        append("operator_finished", finished)
+        expect(context).to_contain_text("no proposal followed")  # live, without a reload
+        expect(context).not_to_contain_text("deciding…")
+        in_another_thread(lambda: session_finish(queued, "every operator finished"))
+        expect(page.locator("#session-status")).to_have_text("finished")
+        page.reload()
+        expect(page.locator("#none-correct")).to_have_text(
+            "with no correct kernel: no operator ended with one"
+        )
         assert errors == []
 
 
