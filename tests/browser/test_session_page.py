@@ -172,6 +172,14 @@ def test_the_status_follows_the_session_live_as_a_reload_shows_it(
         expect(page.locator('#event-log li[data-kind="session_paused"]')).to_be_attached()
         # the controls follow the status live, as a reload draws them
         expect(page.get_by_role("button", name="Pause")).to_be_disabled()
+        # and look it: not the filled accent of a control that acts
+        enabled, disabled = (
+            page.get_by_role("button", name=name).evaluate(
+                "b => getComputedStyle(b).backgroundColor"
+            )
+            for name in ("Resume", "Pause")
+        )
+        assert disabled != enabled and disabled == "rgba(0, 0, 0, 0)", (enabled, disabled)
         assert enabled_controls(page) == ["Resume", "Stop", "Re-run with the same settings"]
         live = status.evaluate("element => element.outerHTML")
         page.reload()
