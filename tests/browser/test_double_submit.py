@@ -191,6 +191,10 @@ def test_a_double_click_sends_a_form_once_and_back_lets_it_be_sent_again(
         assert len(again) == 1, f"Launch after going back made sessions {sorted(again)}"
 
         page.goto(f"{url}/t/once/workers/")
+        # The list of workers comes after the page (a broadcast ping); the double click is
+        # measured once it has come (clicked while it was being fetched, the first click sent
+        # nothing here: not understood yet, see the closing note of 2026-12-07)
+        expect(page.locator("#workers-checking")).to_have_count(0, timeout=30_000)
         posts = double_click(page, page.get_by_role("button", name="Check workers"))
         expect(page.locator("#check-status")).to_contain_text("sent to")
         assert len(posts) == 1, f"a double-clicked Check workers sent {len(posts)} checks"
