@@ -46,15 +46,22 @@ def measured_settings(team: Team, case: Case) -> EvalSettings | None:
 
 
 def measurements_again(team: Team, case: Case) -> list[Measurement]:
-    """The case's kernel measured again under its verdict's settings, latest first."""
+    """The case's kernel measured again by this team under its verdict's settings, latest
+    first."""
     settings = measured_settings(team, case)
     if settings is None or case.source_id is None:
         return []
+    return [measurement_of(e) for e in measured_again(case, settings).filter(team=team)]
+
+
+def measured_again(case: Case, settings: EvalSettings) -> Any:
+    """Every team's measurements again of the case's kernel under `settings`, latest first:
+    evaluations are shared by key, so the next number is counted over all of them."""
     same = Evaluation.objects.filter(
-        team=team, source_id=case.source_id, version_id=case.version_id, target=case.target,
+        source_id=case.source_id, version_id=case.version_id, target=case.target,
         options__measurement__gte=1,
     ).order_by("-created_at")  # fmt: skip
-    return [measurement_of(e) for e in same if settings_of(e) == settings]
+    return same.filter(pk__in=[e.pk for e in same if settings_of(e) == settings])
 
 
 def settings_of(evaluation: Evaluation) -> EvalSettings:
@@ -81,7 +88,8 @@ def measure_again(team: Team, case: Case, user: Any) -> Evaluation | None:
     earlier = measurements_again(team, case)
     if earlier and earlier[0].pending:
         return earlier[0].evaluation
-    number = max((m.number for m in earlier), default=0) + 1
+    numbers = (e.options["measurement"] for e in measured_again(case, settings))
+    number = max(numbers, default=0) + 1
     return evaluation_start(version=case.version, source_text=case.source.text,
                             options=replace(settings, measurement=number), team=team,
                             user=user, target=case.target)  # fmt: skip

@@ -12,6 +12,7 @@ from django.test import Client
 
 from apps.accounts.models import Team
 from apps.accounts.roles import Role
+from apps.devices.evaluator import EvalSettings
 from apps.devices.models import Evaluation
 from apps.devices.services import evaluation_execute, evaluation_request, kernel_source_store
 from apps.memory.models import Case
@@ -113,3 +114,18 @@ def test_the_api_measures_again_and_lists_the_measurements(child: Case, engineer
     never_timed = f"/api/teams/{child.session.team.slug}/cases/{child.parent_id}/measurements"
     refused = engineer.post(never_timed)
     assert refused.status_code == 409 and "never timed" in refused.json()["error"]["message"]
+
+
+def test_another_teams_measurement_of_the_same_kernel_does_not_hide_this_teams(
+    child: Case, engineer: Client, other_team: Team
+) -> None:
+    """Evaluations are shared by key: a number another team took is not ours to reuse."""
+    first = Evaluation.objects.get(pk=child.feedback["evaluation_id"])
+    theirs = replace(EvalSettings.from_json(first.options), measurement=1)
+    evaluation_request(version=child.version, source_text=VECTORIZED, options=theirs,
+                       team=other_team)  # fmt: skip
+
+    assert measure_again(engineer, child) == 302
+    ours = Evaluation.objects.get(team=child.session.team, options__measurement__gte=1)
+    assert ours.options["measurement"] == 2
+    assert "<td>#2</td>" in case_page(engineer, child)
