@@ -355,5 +355,8 @@ def test_a_ctrl_c_that_lands_while_a_step_is_forked_still_stops_the_command() ->
     done = subprocess.run([sys.executable, "-c", CTRL_C_DURING_THE_FORK], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
 
-    assert done.stdout == "stopped\n", done.stderr
+    # nm, forked before the interrupt surfaced, may print its version to the same stdout
+    # before it is stopped: what counts is that the command stopped instead of running on.
+    lines = done.stdout.splitlines()
+    assert "stopped" in lines and "ran on" not in lines, (done.stdout, done.stderr)
     assert "Exception ignored" not in done.stderr
